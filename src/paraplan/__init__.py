@@ -1,0 +1,1 @@
+"""paraplan: project LLM training step time and memory."""
