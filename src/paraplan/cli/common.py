@@ -1,0 +1,93 @@
+"""Shared CLI plumbing: building specs from options, and turning bad input into exit code 2."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from paraplan.errors import ConfigError
+from paraplan.specs.files import system_from_file, training_from_file
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.specs.training import TrainingSpec
+
+console = Console()
+err_console = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(problems: list[str] | str) -> typer.Exit:
+    lines = [problems] if isinstance(problems, str) else problems
+    for line in lines:
+        err_console.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+def handle_errors(fn: F) -> F:
+    """Bad input -> one line per problem on stderr and exit code 2, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            raise fail(exc.problems) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------- option types
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", "-m", help="Preset name (paraplan models) or a HuggingFace config.json path.")
+]
+GpuOpt = Annotated[str | None, typer.Option("--gpu", "-g", help="GPU/system preset (paraplan gpus).")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", "-n", help="Number of GPUs.")]
+
+
+def model_from_options(model: str | None, fields: dict[str, Any]) -> ModelSpec:
+    """A preset or config.json, with explicit fields overriding; or a model from explicit fields alone."""
+    from paraplan.api import resolve_model
+
+    explicit = {k: v for k, v in fields.items() if v is not None}
+    if model:
+        return resolve_model(model).with_overrides(**explicit)
+    required = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
+    missing = [f"--{k.replace('_', '-')}" for k in required if k not in explicit]
+    if missing:
+        raise ConfigError(f"give --model or the explicit fields; missing: {', '.join(missing)}")
+    explicit.setdefault("ffn_hidden_size", 4 * explicit["hidden_size"])
+    explicit.setdefault("name", "custom")
+    return ModelSpec(**explicit)
+
+
+def system_from_options(
+    gpu: str | None, gpus: int | None, system_file: str | None, overrides: dict[str, Any]
+) -> SystemSpec:
+    from paraplan.api import resolve_system
+
+    if system_file:
+        system = system_from_file(system_file, gpus)
+    elif gpu is None:
+        raise ConfigError("give --gpu PRESET (see `paraplan gpus`) or --system-file FILE.yaml")
+    else:
+        system = resolve_system(gpu, gpus)
+    return system.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def training_from_options(config_file: str | None, values: dict[str, Any]) -> TrainingSpec:
+    base = training_from_file(config_file) if config_file else TrainingSpec()
+    layout = values.pop("pipeline_layout", None)
+    if layout:
+        try:
+            values["pipeline_layout"] = tuple(int(x) for x in str(layout).split(","))
+        except ValueError:
+            raise ConfigError(f"--pipeline-layout must be comma-separated layer counts (got '{layout}')") from None
+    return base.with_values(**values)

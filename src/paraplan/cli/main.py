@@ -1,0 +1,39 @@
+"""The `paraplan` command. Each command group lives in its own module with a `register(app)` function."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="paraplan",
+    help="Project LLM training step time, memory and the best parallel configuration.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Modules under paraplan.cli that define `register(app: typer.Typer) -> None`.
+COMMAND_MODULES = (
+    "project",
+    "catalog",
+    "validate",
+    "fit",
+    "measure",
+    "tune",
+    "geo",
+)
+
+for _name in COMMAND_MODULES:
+    try:
+        _module = importlib.import_module(f"paraplan.cli.{_name}")
+    except ModuleNotFoundError as exc:  # a command module not written yet
+        if exc.name != f"paraplan.cli.{_name}":
+            raise
+        continue
+    _module.register(app)
+
+
+def run() -> None:
+    app()

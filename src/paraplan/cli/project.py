@@ -1,0 +1,260 @@
+"""`paraplan project` and `paraplan memory`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from paraplan.cli.common import (
+    GpuOpt,
+    GpusOpt,
+    ModelOpt,
+    console,
+    handle_errors,
+    model_from_options,
+    system_from_options,
+    training_from_options,
+)
+from paraplan.errors import ConfigError
+from paraplan.memory.model import GIB
+from paraplan.projection import ProjectionOptions, project_specs
+from paraplan.result import Projection
+
+Opt = typer.Option
+
+
+def _projection_command(
+    ctx: typer.Context,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    gpus: GpusOpt = None,
+    # --- training (Megatron names via aliases)
+    tp: Annotated[int | None, Opt("--tp", help="tensor_model_parallel_size")] = None,
+    pp: Annotated[int | None, Opt("--pp", help="pipeline_model_parallel_size")] = None,
+    vpp: Annotated[
+        int | None, Opt("--vpp", help="virtual_pipeline_model_parallel_size (model chunks per rank)")
+    ] = None,
+    cp: Annotated[int | None, Opt("--cp", help="context_parallel_size")] = None,
+    ep: Annotated[int | None, Opt("--ep", help="expert_model_parallel_size")] = None,
+    etp: Annotated[int | None, Opt("--etp", help="expert_tensor_parallel_size (default: tp)")] = None,
+    dp: Annotated[int | None, Opt("--dp", help="data parallel size (default: gpus / (tp*pp*cp))")] = None,
+    mbs: Annotated[int | None, Opt("--mbs", help="micro_batch_size")] = None,
+    gbs: Annotated[int | None, Opt("--gbs", help="global_batch_size")] = None,
+    seq: Annotated[int | None, Opt("--seq", help="seq_length")] = None,
+    recompute: Annotated[str | None, Opt("--recompute", help="none | selective | full")] = None,
+    recompute_num_layers: Annotated[int | None, Opt("--recompute-num-layers")] = None,
+    sequence_parallel: Annotated[bool | None, Opt("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp")] = None,
+    distributed_optimizer: Annotated[bool | None, Opt("--distributed-optimizer/--no-distributed-optimizer")] = None,
+    zero: Annotated[int | None, Opt("--zero", help="ZeRO stage 0-3")] = None,
+    fsdp: Annotated[bool | None, Opt("--fsdp/--no-fsdp")] = None,
+    overlap_grad_reduce: Annotated[bool | None, Opt("--overlap-grad-reduce/--no-overlap-grad-reduce")] = None,
+    overlap_param_gather: Annotated[bool | None, Opt("--overlap-param-gather/--no-overlap-param-gather")] = None,
+    tp_comm_overlap: Annotated[bool | None, Opt("--tp-comm-overlap/--no-tp-comm-overlap")] = None,
+    ep_overlap: Annotated[bool | None, Opt("--ep-overlap/--no-ep-overlap")] = None,
+    precision: Annotated[str | None, Opt("--precision", help="fp16 bf16 fp8 fp8_cs fp8_blockwise mxfp8 nvfp4")] = None,
+    schedule: Annotated[
+        str | None, Opt("--schedule", help="gpipe 1f1b interleaved zb-h1 zb-v dualpipe dualpipev")
+    ] = None,
+    attention_backend: Annotated[str | None, Opt("--attention-backend", help="flash | unfused")] = None,
+    first_stage_layers: Annotated[int | None, Opt("--decoder-first-pipeline-num-layers")] = None,
+    last_stage_layers: Annotated[int | None, Opt("--decoder-last-pipeline-num-layers")] = None,
+    pipeline_layout: Annotated[str | None, Opt("--pipeline-layout", help="layers per virtual stage: 4,4,3,...")] = None,
+    account_embedding: Annotated[
+        bool | None, Opt("--account-for-embedding-in-pipeline-split/--no-account-for-embedding-in-pipeline-split")
+    ] = None,
+    account_loss: Annotated[
+        bool | None, Opt("--account-for-loss-in-pipeline-split/--no-account-for-loss-in-pipeline-split")
+    ] = None,
+    framework: Annotated[
+        str | None, Opt("--framework", help="megatron-lm nemo-megatron megatron-deepspeed llm-foundry")
+    ] = None,
+    config_file: Annotated[str | None, Opt("--config", help="YAML file of training settings")] = None,
+    # --- model fields
+    num_layers: Annotated[int | None, Opt("--num-layers")] = None,
+    hidden_size: Annotated[int | None, Opt("--hidden-size")] = None,
+    ffn_hidden_size: Annotated[int | None, Opt("--ffn-hidden-size")] = None,
+    num_attention_heads: Annotated[int | None, Opt("--num-attention-heads")] = None,
+    num_query_groups: Annotated[int | None, Opt("--num-query-groups")] = None,
+    kv_channels: Annotated[int | None, Opt("--kv-channels")] = None,
+    vocab_size: Annotated[int | None, Opt("--vocab-size")] = None,
+    num_experts: Annotated[int | None, Opt("--num-experts")] = None,
+    moe_ffn_hidden_size: Annotated[int | None, Opt("--moe-ffn-hidden-size")] = None,
+    moe_router_topk: Annotated[int | None, Opt("--moe-router-topk")] = None,
+    activation: Annotated[str | None, Opt("--activation", help="swiglu gelu squared_relu")] = None,
+    norm: Annotated[str | None, Opt("--norm", help="rmsnorm | layernorm")] = None,
+    # --- system overrides
+    system_file: Annotated[str | None, Opt("--system-file", help="YAML system description or overrides")] = None,
+    gpus_per_node: Annotated[int | None, Opt("--gpus-per-node")] = None,
+    nic_gbps: Annotated[float | None, Opt("--nic-gbps", help="scale-out Gb/s per GPU")] = None,
+    scale_up_gbps: Annotated[float | None, Opt("--scale-up-gbps", help="NVLink GB/s per GPU per direction")] = None,
+    hbm_gib: Annotated[float | None, Opt("--hbm-gib")] = None,
+    hbm_tbps: Annotated[float | None, Opt("--hbm-tbps")] = None,
+    bf16_tflops: Annotated[float | None, Opt("--bf16-tflops")] = None,
+    # --- output
+    as_json: Annotated[bool, Opt("--json", help="print one JSON object")] = False,
+    trace: Annotated[str | None, Opt("--trace", help="write a Chrome/Perfetto trace JSON")] = None,
+    profile: Annotated[str | None, Opt("--profile", help="fitted kernel profile (paraplan fit)")] = None,
+    analytic: Annotated[bool, Opt("--analytic", help="ignore shipped profiles; analytic costs only")] = False,
+) -> None:
+    """Project step time, throughput, MFU, the time breakdown and memory per GPU."""
+    model_spec = model_from_options(
+        model,
+        dict(
+            num_layers=num_layers,
+            hidden_size=hidden_size,
+            ffn_hidden_size=ffn_hidden_size,
+            num_attention_heads=num_attention_heads,
+            num_query_groups=num_query_groups,
+            kv_channels=kv_channels,
+            vocab_size=vocab_size,
+            num_experts=num_experts,
+            moe_ffn_hidden_size=moe_ffn_hidden_size,
+            moe_router_topk=moe_router_topk,
+            activation=activation,
+            norm=norm,
+        ),
+    )
+    system = system_from_options(
+        gpu,
+        gpus,
+        system_file,
+        dict(
+            gpus_per_node=gpus_per_node,
+            nic_gbps=nic_gbps,
+            scale_up_gbps=scale_up_gbps,
+            hbm_gib=hbm_gib,
+            hbm_tbps=hbm_tbps,
+            bf16_tflops=bf16_tflops,
+        ),
+    )
+    train = training_from_options(
+        config_file,
+        dict(
+            tp=tp,
+            pp=pp,
+            vpp=vpp,
+            cp=cp,
+            ep=ep,
+            etp=etp,
+            dp=dp,
+            mbs=mbs,
+            gbs=gbs,
+            seq=seq,
+            recompute=recompute,
+            recompute_num_layers=recompute_num_layers,
+            sequence_parallel=sequence_parallel,
+            use_distributed_optimizer=distributed_optimizer,
+            zero=zero,
+            fsdp=fsdp,
+            overlap_grad_reduce=overlap_grad_reduce,
+            overlap_param_gather=overlap_param_gather,
+            tp_comm_overlap=tp_comm_overlap,
+            moe_ep_overlap=ep_overlap,
+            precision=precision,
+            pipeline_schedule=schedule,
+            attention_backend=attention_backend,
+            decoder_first_pipeline_num_layers=first_stage_layers,
+            decoder_last_pipeline_num_layers=last_stage_layers,
+            pipeline_layout=pipeline_layout,
+            account_for_embedding_in_pipeline_split=account_embedding,
+            account_for_loss_in_pipeline_split=account_loss,
+            framework=framework,
+        ),
+    )
+    if vpp and vpp > 1 and schedule is None and train.pipeline_schedule == "1f1b":
+        train = train.with_values(pipeline_schedule="interleaved")
+    timer = _profile_timer(profile, system.gpu.name, analytic)
+    result = project_specs(model_spec, system, train, ProjectionOptions(timer=timer, record_events=bool(trace)))
+    if trace:
+        _write_trace(result, trace)
+    if ctx.info_name == "memory":
+        _print_memory(result, as_json)
+    else:
+        _print_projection(result, as_json)
+
+
+def _profile_timer(profile: str | None, gpu: str, analytic: bool):
+    if analytic and not profile:
+        return None
+    try:
+        from paraplan.cost.profiled import timer_for
+    except ImportError:
+        if profile:
+            raise ConfigError("fitted profiles are not available in this installation") from None
+        return None
+    return timer_for(profile, gpu)
+
+
+def _write_trace(result: Projection, path: str) -> None:
+    try:
+        from paraplan.report.trace import write_projection_trace
+    except ImportError:
+        raise ConfigError("trace export is not available in this installation") from None
+    write_projection_trace(result, path)
+
+
+def _fmt_s(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.3f} s"
+
+
+def _print_projection(result: Projection, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result.to_dict(), default=float))
+        return
+    t = result.train
+    head = Table(title=f"{result.model.name} on {result.system.num_gpus} x {result.system.gpu.name}", show_header=False)
+    head.add_row(
+        "layout",
+        f"tp={t.tp} pp={t.pp} vpp={t.vpp} cp={t.cp} ep={t.ep} dp={t.dp} mbs={t.mbs} gbs={t.gbs} seq={t.seq} "
+        f"({t.num_microbatches} micro-batches, {t.pipeline_schedule}, {t.precision}, recompute {t.recompute_granularity})",
+    )
+    head.add_row("step time", _fmt_s(result.step_time_s))
+    head.add_row("throughput", f"{result.tokens_per_sec_per_gpu:,.0f} tokens/s per GPU")
+    head.add_row("model TFLOP/s per GPU", f"{result.tflops_per_gpu:,.1f}")
+    head.add_row("MFU / HFU", f"{result.mfu:.1%} / {result.hfu:.1%}")
+    mem = result.memory
+    verdict = "[green]FITS[/]" if mem.fits else "[red]OOM[/]"
+    head.add_row("memory (peak GPU)", f"{mem.peak_gib:,.2f} GiB of {mem.usable_bytes / GIB:,.1f} usable: {verdict}")
+    console.print(head)
+    parts = Table(title="where the step time goes (critical pipeline rank)")
+    parts.add_column("part")
+    parts.add_column("time", justify="right")
+    parts.add_column("share", justify="right")
+    for name, seconds in result.breakdown.items():
+        if seconds > 0:
+            parts.add_row(name.replace("_", " "), _fmt_s(seconds), f"{seconds / result.step_time_s:.1%}")
+    console.print(parts)
+    comm = Table(title="communication (critical rank): total vs exposed")
+    comm.add_column("kind")
+    comm.add_column("total", justify="right")
+    comm.add_column("exposed", justify="right")
+    for kind, total in result.pipeline.comm_total_s.items():
+        if total > 0:
+            comm.add_row(kind, _fmt_s(total), _fmt_s(result.pipeline.comm_exposed_s.get(kind, 0.0)))
+    console.print(comm)
+    _print_memory(result, False)
+
+
+def _print_memory(result: Projection, as_json: bool) -> None:
+    mem = result.memory
+    if as_json:
+        print(json.dumps({"memory": mem.to_dict(), "model": result.model.name, "num_gpus": result.system.num_gpus}))
+        return
+    table = Table(title=f"memory per GPU (peak on pipeline rank {mem.peak.rank})")
+    table.add_column("part")
+    table.add_column("GiB", justify="right")
+    for name, nbytes in mem.peak.parts.items():
+        table.add_row(name.replace("_", " "), f"{nbytes / GIB:,.2f}")
+    table.add_row("[bold]total[/]", f"[bold]{mem.peak_gib:,.2f}[/]")
+    verdict = "[green]FITS[/]" if mem.fits else "[red]OOM[/]"
+    table.add_row(f"capacity {mem.capacity_bytes / GIB:,.0f} GiB, {mem.headroom:.0%} kept free", f"{verdict}")
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    command = handle_errors(_projection_command)
+    app.command("project")(command)
+    app.command("memory", help="Memory per GPU by part, with the FITS/OOM verdict.")(command)

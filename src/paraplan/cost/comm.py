@@ -1,0 +1,76 @@
+"""Collectives on a tiered network: scale-up domain (NVLink/xGMI) and scale-out fabric (IB/RoCE).
+
+Alpha-beta models per algorithm (Thakur et al. 2005; NCCL's ring and tree): a ring all-reduce of S
+bytes over n ranks moves 2(n-1)/n * S per rank; all-gather and reduce-scatter (n-1)/n * S. A group
+that spans several scale-up domains runs hierarchically: inside each domain over NVLink, across
+domains over the k NICs of the domain's members in parallel (rail-optimised fabrics), so the inter-node
+part carries S/k per NIC. Bandwidth efficiency grows with message size: eff(S) = S / (S + S_half).
+
+Group placement follows Megatron-core's rank order (tp, cp, [ep], dp, pp from fastest varying): a
+group of `size` ranks with `stride` between members puts min(size, gpus_per_node // stride) of them in
+one scale-up domain.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from paraplan.cost.calibration import Calibration
+from paraplan.graph.ops import CommKind
+from paraplan.specs.system import SystemSpec
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPlacement:
+    size: int
+    per_node: int  # members that share one scale-up domain
+    nodes: int  # scale-up domains the group spans
+
+
+def place_group(size: int, stride: int, gpus_per_node: int) -> GroupPlacement:
+    if size <= 1:
+        return GroupPlacement(1, 1, 1)
+    per_node = 1 if stride >= gpus_per_node else max(1, min(size, gpus_per_node // stride))
+    return GroupPlacement(size, per_node, math.ceil(size / per_node))
+
+
+def _bw(nbytes: float, bytes_per_s: float, eff: float, half: float) -> float:
+    """Seconds to move `nbytes` at `bytes_per_s` with size-dependent efficiency."""
+    if nbytes <= 0:
+        return 0.0
+    return nbytes / (bytes_per_s * eff * nbytes / (nbytes + half))
+
+
+def collective_time_s(
+    kind: CommKind, nbytes: float, group: GroupPlacement, system: SystemSpec, cal: Calibration
+) -> float:
+    """Time of one collective. `nbytes`: the full buffer (all-reduce, all-gather output, reduce-scatter
+    input); for all-to-all the bytes one rank sends; for send/recv the message."""
+    n = group.size
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    k, nodes = group.per_node, group.nodes
+    up_bw, up_eff, up_lat = system.scale_up_bytes_per_s, cal.scale_up_efficiency, system.scale_up_latency_us * 1e-6
+    net_bw, net_eff, net_lat = system.nic_bytes_per_s, cal.scale_out_efficiency, system.nic_latency_us * 1e-6
+    half = cal.comm_half_bytes
+    if kind is CommKind.SEND_RECV:
+        if nodes == 1:
+            return _bw(nbytes, up_bw, up_eff, half) + up_lat
+        return _bw(nbytes, net_bw, net_eff, half) + net_lat
+    if kind is CommKind.ALL_TO_ALL:
+        intra = _bw(nbytes * (k - 1) / n, up_bw, up_eff, half / n)
+        inter = _bw(nbytes * (n - k) / n, net_bw, net_eff, half / n) if nodes > 1 else 0.0
+        lat = (n - 1) * (net_lat if nodes > 1 else up_lat) / max(1, min(n - 1, 8))
+        return max(intra, inter) + lat
+    passes = 2.0 if kind is CommKind.ALL_REDUCE else 1.0
+    # inside the scale-up domain (the whole collective when nodes == 1)
+    intra = passes * (k - 1) / k * _bw(nbytes, up_bw, up_eff, half) if k > 1 else 0.0
+    intra_lat = passes * (k - 1) * up_lat
+    if nodes == 1:
+        return intra + intra_lat
+    # across domains: each of the k members carries 1/k of the buffer over its own NIC
+    inter = passes * (nodes - 1) / nodes * _bw(nbytes / k, net_bw, net_eff, half / k)
+    steps = min(nodes - 1, 2 * math.ceil(math.log2(nodes)))  # NCCL switches to trees at scale
+    inter_lat = passes * steps * net_lat
+    return intra + intra_lat + inter + inter_lat

@@ -1,0 +1,90 @@
+"""Analytic time of one compute operator: a roofline with shape-dependent efficiency.
+
+time = max(FLOPs / (peak * efficiency), bytes / (HBM bandwidth * memory efficiency)) + launch floor.
+GEMM efficiency falls with wave quantisation over the SMs (a partial last wave of output tiles idles
+SMs) and with small inner dimensions; attention efficiency with small head dims and short sequences.
+"""
+
+from __future__ import annotations
+
+import math
+
+from paraplan.cost.calibration import Calibration
+from paraplan.graph.ops import GemmShape, Op, OpKind, Phase
+from paraplan.specs.system import GpuSpec
+
+FP8 = frozenset({"fp8", "fp8_cs", "fp8_blockwise", "mxfp8"})
+FP4 = frozenset({"nvfp4"})
+# CUTLASS/cuBLAS output tile used for wave quantisation (128x256 on Hopper/Blackwell, 128x128 before).
+_TILE_BIG = (128, 256)
+_TILE_SMALL = (128, 128)
+# Inner dimension at which a GEMM reaches half its asymptotic efficiency (pipelining of the K loop).
+_K_HALF = 96.0
+# FlashAttention reaches half its peak efficiency at about this many keys per query block (FA2 paper
+# figures: throughput saturates from ~2k tokens).
+_ATTN_SEQ_HALF = 384.0
+_FLASH_BWD_FLOPS = 2.5  # FA2 backward does 5 matmuls to the forward's 2 (Dao 2023)
+
+
+def _wave_efficiency(shape: GemmShape, gpu: GpuSpec) -> float:
+    tile_m, tile_n = _TILE_BIG if gpu.sm_count >= 132 else _TILE_SMALL
+    tiles = math.ceil(shape.m / tile_m) * math.ceil(shape.n / tile_n) * shape.count
+    waves = math.ceil(tiles / gpu.sm_count)
+    fill = tiles / (waves * gpu.sm_count)
+    # Padding waste inside tiles for dims that are not tile multiples.
+    pad = (shape.m / (math.ceil(shape.m / tile_m) * tile_m)) * (shape.n / (math.ceil(shape.n / tile_n) * tile_n))
+    return fill * (0.5 + 0.5 * pad)
+
+
+def gemm_efficiency(shape: GemmShape, gpu: GpuSpec, precision: str, cal: Calibration) -> float:
+    base = cal.fp8_gemm_efficiency if precision in FP8 | FP4 else cal.gemm_efficiency
+    k_factor = shape.k / (shape.k + _K_HALF)
+    return base * _wave_efficiency(shape, gpu) * k_factor / (1000.0 / (1000.0 + _K_HALF))
+
+
+def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
+    shape = op.gemm
+    assert shape is not None
+    precision = op.precision
+    peak = gpu.peak_flops(precision)
+    eff = max(gemm_efficiency(shape, gpu, precision, cal), 0.02)
+    element_bytes = 1 if precision in FP8 else 2
+    io_bytes = (
+        element_bytes * (shape.m * shape.k + shape.k * shape.n) * shape.count + 2 * shape.m * shape.n * shape.count
+    )
+    compute_s = op.flops / (peak * eff)
+    memory_s = io_bytes / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
+    return max(compute_s, memory_s) + cal.kernel_launch_s
+
+
+def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
+    att = op.attention
+    assert att is not None
+    causal = 0.5 if att.causal and att.seq_q == att.seq_kv else 1.0
+    if att.causal and att.seq_q < att.seq_kv:
+        causal = 0.5  # context-parallel shard of a causal sequence: load-balanced halves
+    flops = op.flops * causal
+    base = cal.attention_efficiency if op.phase is Phase.FORWARD else cal.attention_backward_efficiency
+    head_factor = min(1.0, (att.head_dim_qk + att.head_dim_v) / 256.0) ** 0.5
+    seq_factor = att.seq_kv / (att.seq_kv + _ATTN_SEQ_HALF)
+    eff = max(base * head_factor * seq_factor / (4096 / (4096 + _ATTN_SEQ_HALF)), 0.02)
+    peak = gpu.peak_flops("bf16")
+    memory_s = op.bytes_moved / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
+    return max(flops / (peak * eff), memory_s) + cal.kernel_launch_s
+
+
+def elementwise_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
+    return op.bytes_moved / (gpu.hbm_bytes_per_s * cal.memory_efficiency) + cal.kernel_launch_s
+
+
+def compute_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
+    if op.kind is OpKind.GEMM:
+        return gemm_time_s(op, gpu, cal)
+    if op.kind is OpKind.ATTENTION:
+        return attention_time_s(op, gpu, cal)
+    if op.kind is OpKind.ELEMENTWISE:
+        return elementwise_time_s(op, gpu, cal)
+    raise ValueError(f"not a compute operator: {op.name} ({op.kind})")
+
+
+__all__ = ["compute_time_s", "gemm_efficiency", "FP8", "_FLASH_BWD_FLOPS"]

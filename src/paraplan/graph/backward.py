@@ -1,0 +1,56 @@
+"""Backward operators derived from forward ones.
+
+A GEMM Y = X W backward is two GEMMs: dX = dY W^T (input gradient, B) and dW = X^T dY (weight gradient,
+W), each with the forward's FLOPs. Weightless batched matmuls (attention scores and context) have two
+input-gradient GEMMs. Flash attention's backward is one fused kernel with 2.5x the forward FLOPs (Dao
+2023). Memory-bound ops read the saved input and the output gradient and write the input gradient.
+Collectives mirror their forward: all-gather <-> reduce-scatter, all-reduce and all-to-all stay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from paraplan.graph.ops import CommKind, CommShape, GemmShape, Op, OpKind, Phase
+
+WEIGHTLESS_GEMMS = frozenset({"attn_scores", "attn_context"})
+FLASH_BACKWARD_FLOPS = 2.5
+_MIRROR = {
+    CommKind.ALL_GATHER: CommKind.REDUCE_SCATTER,
+    CommKind.REDUCE_SCATTER: CommKind.ALL_GATHER,
+    CommKind.ALL_REDUCE: CommKind.ALL_REDUCE,
+    CommKind.ALL_TO_ALL: CommKind.ALL_TO_ALL,
+    CommKind.SEND_RECV: CommKind.SEND_RECV,
+}
+
+
+def backward_ops(op: Op) -> list[Op]:
+    if op.kind is OpKind.GEMM:
+        g = op.gemm
+        assert g is not None
+        dx = replace(op, phase=Phase.BACKWARD_INPUT, gemm=GemmShape(g.m, g.k, g.n, g.count), saved_bytes=0.0)
+        if op.name.removeprefix("mtp_") in WEIGHTLESS_GEMMS:
+            return [dx, replace(dx, gemm=GemmShape(g.k, g.n, g.m, g.count))]
+        dw = replace(op, phase=Phase.BACKWARD_WEIGHT, gemm=GemmShape(g.k, g.n, g.m, g.count), saved_bytes=0.0)
+        return [dx, dw]
+    if op.kind is OpKind.ATTENTION:
+        return [
+            replace(
+                op,
+                phase=Phase.BACKWARD_INPUT,
+                flops=op.flops * FLASH_BACKWARD_FLOPS,
+                bytes_moved=op.bytes_moved * 2,
+                saved_bytes=0.0,
+            )
+        ]
+    if op.kind is OpKind.ELEMENTWISE:
+        return [
+            replace(
+                op, phase=Phase.BACKWARD_INPUT, bytes_moved=op.bytes_moved * 1.5, flops=op.flops * 2, saved_bytes=0.0
+            )
+        ]
+    comm = op.comm
+    assert comm is not None
+    factor = 2.0 if comm.kind is CommKind.SEND_RECV else 1.0  # CP: K/V again plus their gradients
+    mirrored = CommShape(_MIRROR[comm.kind], comm.axis, comm.group_size, comm.bytes * factor)
+    return [replace(op, phase=Phase.BACKWARD_INPUT, comm=mirrored, bytes_moved=comm.bytes * factor)]

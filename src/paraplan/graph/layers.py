@@ -1,0 +1,410 @@
+"""Forward operators of one micro-batch through each kind of layer, with shapes after sharding.
+
+Saved-for-backward bytes follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models", section 4): for the GPT layer they add up to s*b*h*(34 + 5*a*s/h) bytes without
+parallelism, and every sharded term divides by t under tensor/sequence parallelism. Tensors shared by two
+operators (a GEMM output that is the next op's input) are counted once, by the consumer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.graph.ops import (
+    AttentionShape,
+    CommAxis,
+    CommKind,
+    CommShape,
+    GemmShape,
+    Op,
+    OpKind,
+    Phase,
+)
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.training import TrainingSpec
+
+ACT_BYTES = 2  # bf16/fp16 activations
+MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti et al. 2022)
+LOGIT_BYTES = 4  # Megatron's vocab-parallel cross-entropy works in fp32
+FP8_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
+
+SELECTIVE = frozenset({"selective"})
+MOE = frozenset({"moe"})
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """The per-GPU view of one micro-batch: what TP, SP, CP, EP leave on one rank."""
+
+    batch: int  # micro-batch size
+    seq: int  # tokens per sequence on this rank (seq / cp)
+    seq_full: int  # whole sequence (keys/values attended over)
+    tp: int
+    sp: bool
+    cp: int
+    ep: int
+    etp: int
+    precision: str
+    flash: bool
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+    @property
+    def sp_div(self) -> int:
+        """Divisor of tensors outside the TP regions (norms, dropout, residual)."""
+        return self.tp if self.sp else 1
+
+    @property
+    def gemm_precision(self) -> str:
+        return self.precision
+
+    @classmethod
+    def of(cls, train: TrainingSpec) -> Shard:
+        return cls(
+            batch=train.mbs,
+            seq=train.seq // train.cp,
+            seq_full=train.seq,
+            tp=train.tp,
+            sp=train.sequence_parallel and train.tp > 1,
+            cp=train.cp,
+            ep=train.ep,
+            etp=train.etp,
+            precision=train.precision,
+            flash=train.attention_backend == "flash",
+        )
+
+
+def _gemm(name: str, m: int, n: int, k: int, shard: Shard, saved: float, count: int = 1, tags=frozenset()) -> Op:
+    return Op(
+        name=name,
+        kind=OpKind.GEMM,
+        phase=Phase.FORWARD,
+        flops=2.0 * m * n * k * count,
+        bytes_moved=float(ACT_BYTES * (m * k + k * n + m * n) * count),
+        gemm=GemmShape(m=m, n=n, k=k, count=count),
+        saved_bytes=saved,
+        precision=shard.gemm_precision,
+        tags=tags,
+    )
+
+
+def _elementwise(name: str, bytes_moved: float, saved: float = 0.0, flops: float = 0.0, tags=frozenset()) -> Op:
+    return Op(
+        name=name,
+        kind=OpKind.ELEMENTWISE,
+        phase=Phase.FORWARD,
+        flops=flops,
+        bytes_moved=bytes_moved,
+        saved_bytes=saved,
+        precision="bf16",
+        tags=tags,
+    )
+
+
+def _comm(name: str, kind: CommKind, axis: CommAxis, group: int, nbytes: float, tags=frozenset()) -> Op:
+    return Op(
+        name=name,
+        kind=OpKind.COMM,
+        phase=Phase.FORWARD,
+        bytes_moved=nbytes,
+        comm=CommShape(kind=kind, axis=axis, group_size=group, bytes=nbytes),
+        tags=tags,
+    )
+
+
+def _tp_enter(name: str, shard: Shard, width: int) -> list[Op]:
+    """Entering a TP region: all-gather of the sequence shards under SP (identity otherwise)."""
+    if shard.tp > 1 and shard.sp:
+        return [_comm(name, CommKind.ALL_GATHER, CommAxis.TP, shard.tp, ACT_BYTES * shard.tokens * width)]
+    return []
+
+
+def _tp_exit(name: str, shard: Shard, width: int) -> list[Op]:
+    """Leaving a TP region: reduce-scatter under SP, all-reduce otherwise (Megatron's g operator)."""
+    if shard.tp == 1:
+        return []
+    kind = CommKind.REDUCE_SCATTER if shard.sp else CommKind.ALL_REDUCE
+    return [_comm(name, kind, CommAxis.TP, shard.tp, ACT_BYTES * shard.tokens * width)]
+
+
+def _norm(name: str, model: ModelSpec, shard: Shard) -> Op:
+    elems = shard.tokens * model.hidden_size / shard.sp_div
+    return _elementwise(name, bytes_moved=2 * ACT_BYTES * elems, saved=ACT_BYTES * elems, flops=5 * elems)
+
+
+def _residual(name: str, model: ModelSpec, shard: Shard) -> list[Op]:
+    elems = shard.tokens * model.hidden_size / shard.sp_div
+    ops = []
+    if model.dropout:
+        ops.append(_elementwise(f"{name}_dropout", 2 * ACT_BYTES * elems, saved=MASK_BYTES * elems))
+    ops.append(_elementwise(name, 3 * ACT_BYTES * elems, flops=elems))
+    return ops
+
+
+def _core_attention(model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int) -> list[Op]:
+    """Attention scores, softmax and context. Q, K, V are saved by the GEMMs that produce them and the
+    output by the projection that consumes it; this op saves only what is its own."""
+    b, s, skv = shard.batch, shard.seq, shard.seq_full
+    shape = AttentionShape(
+        batch=b, seq_q=s, seq_kv=skv, heads=heads, kv_heads=kv_heads, head_dim_qk=d_qk, head_dim_v=d_v
+    )
+    # Model FLOPs count the full s x s square (Megatron's convention); kernels skip the masked half.
+    flops = 2.0 * b * heads * s * skv * (d_qk + d_v)
+    if shard.flash:
+        io_bytes = ACT_BYTES * b * (s * heads * (d_qk + d_v) + skv * kv_heads * (d_qk + d_v))
+        return [
+            Op(
+                name="attn_core",
+                kind=OpKind.ATTENTION,
+                phase=Phase.FORWARD,
+                flops=flops,
+                bytes_moved=float(io_bytes),
+                attention=shape,
+                saved_bytes=float(4 * b * heads * s),  # fp32 log-sum-exp per query row
+                precision="bf16",
+            )
+        ]
+    # Unfused (Megatron core attention): baddbmm for scores, fused scale-mask-softmax, dropout, bmm.
+    # Everything here is recomputed under selective recompute.
+    score_elems = b * heads * s * skv
+    ops = [
+        Op(
+            name="attn_scores",
+            kind=OpKind.GEMM,
+            phase=Phase.FORWARD,
+            flops=2.0 * score_elems * d_qk,
+            bytes_moved=float(ACT_BYTES * (b * heads * (s + skv) * d_qk + score_elems)),
+            gemm=GemmShape(m=s, n=skv, k=d_qk, count=b * heads),
+            precision="bf16",
+            tags=SELECTIVE,
+        ),
+        _elementwise("attn_softmax", 2 * ACT_BYTES * score_elems, saved=ACT_BYTES * score_elems, tags=SELECTIVE),
+    ]
+    if model.dropout:
+        ops.append(
+            _elementwise(
+                "attn_dropout",
+                2 * ACT_BYTES * score_elems,
+                saved=(MASK_BYTES + ACT_BYTES) * score_elems,
+                tags=SELECTIVE,
+            )
+        )
+    ops.append(
+        Op(
+            name="attn_context",
+            kind=OpKind.GEMM,
+            phase=Phase.FORWARD,
+            flops=2.0 * score_elems * d_v,
+            bytes_moved=float(ACT_BYTES * (score_elems + b * heads * (s + skv) * d_v)),
+            gemm=GemmShape(m=s, n=d_v, k=skv, count=b * heads),
+            precision="bf16",
+            tags=SELECTIVE,
+        )
+    )
+    return ops
+
+
+def _cp_exchange(model: ModelSpec, shard: Shard, kv_width: int) -> list[Op]:
+    """Context parallelism: ring exchange of K and V, cp - 1 steps (Megatron's p2p CP, overlapped)."""
+    if shard.cp == 1:
+        return []
+    nbytes = ACT_BYTES * shard.tokens * kv_width * (shard.cp - 1)
+    return [_comm("cp_kv_exchange", CommKind.SEND_RECV, CommAxis.CP, shard.cp, nbytes)]
+
+
+def attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
+    """Norm, QKV, rotary, core attention, output projection, residual (GQA/MQA/MHA)."""
+    h, t = model.hidden_size, shard.tp
+    heads = model.num_attention_heads // t
+    kv_heads = max(1, model.kv_groups // t)
+    d = model.head_dim
+    tokens = shard.tokens
+    ops = [_norm("attn_norm", model, shard), *_tp_enter("tp_ag_attn", shard, h)]
+    qkv_width = (heads + 2 * kv_heads) * d
+    qkv_saved = ACT_BYTES * tokens * (h / shard.sp_div + qkv_width)  # its input, and Q, K, V for attention
+    ops.append(_gemm("qkv", tokens, qkv_width, h, shard, saved=qkv_saved))
+    if model.position == "rope":
+        ops.append(_elementwise("rotary", 2 * ACT_BYTES * tokens * (heads + kv_heads) * d))
+    ops += _cp_exchange(model, shard, 2 * kv_heads * d)
+    ops += _core_attention(model, shard, heads, kv_heads, d, d)
+    ops.append(_gemm("attn_out", tokens, h, heads * d, shard, saved=ACT_BYTES * tokens * heads * d))
+    ops += _tp_exit("tp_rs_attn", shard, h)
+    ops += _residual("attn_residual", model, shard)
+    return ops
+
+
+def mla_attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank q and kv with a decoupled rotary part.
+
+    Down-projections are replicated across TP, up-projections column-parallel (Megatron-core MLA).
+    """
+    h, t = model.hidden_size, shard.tp
+    heads = model.num_attention_heads // t
+    d_nope, d_rope, d_v = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
+    kv_rank = model.kv_lora_rank or 0
+    tokens = shard.tokens
+    ops = [_norm("attn_norm", model, shard), *_tp_enter("tp_ag_attn", shard, h)]
+    in_saved = ACT_BYTES * tokens * h / shard.sp_div
+    q_width = heads * (d_nope + d_rope)
+    if model.q_lora_rank:
+        q_rank = model.q_lora_rank
+        ops.append(_gemm("q_down", tokens, q_rank, h, shard, saved=in_saved, tags=frozenset({"mla"})))
+        ops.append(_elementwise("q_norm", 2 * ACT_BYTES * tokens * q_rank, saved=ACT_BYTES * tokens * q_rank))
+        q_saved = ACT_BYTES * tokens * (q_rank + q_width)
+        ops.append(_gemm("q_up", tokens, q_width, q_rank, shard, saved=q_saved))
+    else:
+        ops.append(_gemm("q_proj", tokens, q_width, h, shard, saved=in_saved + ACT_BYTES * tokens * q_width))
+    ops.append(_gemm("kv_down", tokens, kv_rank + d_rope, h, shard, saved=0.0, tags=frozenset({"mla"})))
+    ops.append(_elementwise("kv_norm", 2 * ACT_BYTES * tokens * kv_rank, saved=ACT_BYTES * tokens * kv_rank))
+    kv_width = heads * (d_nope + d_v)
+    kv_saved = ACT_BYTES * tokens * (kv_rank + kv_width + d_rope)
+    ops.append(_gemm("kv_up", tokens, kv_width, kv_rank, shard, saved=kv_saved))
+    ops.append(_elementwise("rotary", 2 * ACT_BYTES * tokens * (heads + 1) * d_rope))
+    ops += _cp_exchange(model, shard, heads * (d_nope + d_rope + d_v))
+    ops += _core_attention(model, shard, heads, heads, d_nope + d_rope, d_v)
+    ops.append(_gemm("attn_out", tokens, h, heads * d_v, shard, saved=ACT_BYTES * tokens * heads * d_v))
+    ops += _tp_exit("tp_rs_attn", shard, h)
+    ops += _residual("attn_residual", model, shard)
+    return ops
+
+
+def _mlp_body(prefix: str, model: ModelSpec, shard: Shard, tokens: int, ffn_local: int, count: int, tags) -> list[Op]:
+    """Up (gate+up fused when gated), activation, down. `count` grouped GEMMs (experts on this rank)."""
+    h = model.hidden_size
+    up_width = 2 * ffn_local if model.gated_mlp else ffn_local
+    act_in = ACT_BYTES * tokens * up_width * count
+    act_out = ACT_BYTES * tokens * ffn_local * count
+    return [
+        _gemm(f"{prefix}_up", tokens, up_width, h, shard, saved=0.0, count=count, tags=tags),
+        _elementwise(f"{prefix}_act", act_in + act_out, saved=act_in, flops=4 * tokens * up_width * count, tags=tags),
+        _gemm(f"{prefix}_down", tokens, h, ffn_local, shard, saved=act_out, count=count, tags=tags),
+    ]
+
+
+def mlp_ops(model: ModelSpec, shard: Shard) -> list[Op]:
+    h = model.hidden_size
+    ops = [_norm("mlp_norm", model, shard), *_tp_enter("tp_ag_mlp", shard, h)]
+    body = _mlp_body("mlp", model, shard, shard.tokens, model.ffn_hidden_size // shard.tp, 1, frozenset())
+    # the MLP input (norm output, sharded under SP) is saved by the up-projection
+    up = body[0]
+    body[0] = _gemm(up.name, up.gemm.m, up.gemm.n, up.gemm.k, shard, saved=ACT_BYTES * shard.tokens * h / shard.sp_div)
+    ops += body
+    ops += _tp_exit("tp_rs_mlp", shard, h)
+    ops += _residual("mlp_residual", model, shard)
+    return ops
+
+
+def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
+    """Router, token dispatch all-to-all over EP, grouped expert GEMMs, combine, shared experts.
+
+    Balanced routing (the measured MoE benchmarks force-balance tokens). Per GPU, the routed work is
+    (tokens / tp) * topk token-expert pairs, spread over the experts on the rank (Megatron alltoall
+    dispatcher with sequence parallelism).
+    """
+    h = model.hidden_size
+    k = model.moe_router_topk
+    own_tokens = shard.tokens // shard.tp if shard.sp else shard.tokens
+    local_experts = max(1, model.num_experts // shard.ep)
+    routed_pairs = own_tokens * k  # token copies this rank sends out and gets back
+    tokens_per_expert = max(1, round(routed_pairs * shard.etp / local_experts))
+    ffn_local = model.expert_ffn // shard.etp
+    ops = [_norm("mlp_norm", model, shard)]
+    ops.append(_gemm("router", own_tokens, model.num_experts, h, shard, saved=ACT_BYTES * own_tokens * h, tags=MOE))
+    ops.append(_elementwise("router_topk", 4 * own_tokens * model.num_experts * 2, tags=MOE))
+    ops.append(_elementwise("permute", 2 * ACT_BYTES * routed_pairs * h, tags=MOE))
+    dispatch_bytes = ACT_BYTES * routed_pairs * h
+    if shard.ep > 1:
+        ops.append(_comm("ep_dispatch", CommKind.ALL_TO_ALL, CommAxis.EP, shard.ep, dispatch_bytes, tags=MOE))
+    if shard.etp > 1:
+        ops.append(_comm("etp_ag", CommKind.ALL_GATHER, CommAxis.ETP, shard.etp, dispatch_bytes * shard.etp, tags=MOE))
+    body = _mlp_body("expert", model, shard, tokens_per_expert, ffn_local, local_experts, MOE)
+    up = body[0]
+    body[0] = _gemm(
+        up.name,
+        up.gemm.m,
+        up.gemm.n,
+        up.gemm.k,
+        shard,
+        saved=ACT_BYTES * tokens_per_expert * local_experts * h,
+        count=local_experts,
+        tags=MOE,
+    )
+    ops += body
+    if shard.etp > 1:
+        ops.append(
+            _comm(
+                "etp_rs",
+                CommKind.REDUCE_SCATTER,
+                CommAxis.ETP,
+                shard.etp,
+                dispatch_bytes * shard.etp,
+                tags=MOE,
+            )
+        )
+    if shard.ep > 1:
+        ops.append(_comm("ep_combine", CommKind.ALL_TO_ALL, CommAxis.EP, shard.ep, dispatch_bytes, tags=MOE))
+    ops.append(_elementwise("unpermute", 2 * ACT_BYTES * routed_pairs * h, saved=4 * routed_pairs, tags=MOE))
+    if model.moe_shared_expert_intermediate_size:
+        ops += _tp_enter("tp_ag_shared", shard, h)
+        ops += _mlp_body(
+            "shared_expert",
+            model,
+            shard,
+            shard.tokens,
+            model.moe_shared_expert_intermediate_size // shard.tp,
+            1,
+            MOE,
+        )
+        ops += _tp_exit("tp_rs_shared", shard, h)
+    ops += _residual("mlp_residual", model, shard)
+    return ops
+
+
+def padded_vocab(model: ModelSpec, tp: int) -> int:
+    """Megatron pads the vocabulary to a multiple of 128 * tp (`--make-vocab-size-divisible-by 128`)."""
+    unit = 128 * tp
+    return -(-model.vocab_size // unit) * unit
+
+
+def embedding_ops(model: ModelSpec, shard: Shard) -> list[Op]:
+    elems = shard.tokens * model.hidden_size
+    ops = [_elementwise("embedding", 2 * ACT_BYTES * elems)]
+    if shard.tp > 1:  # vocab-parallel lookup ends in an all-reduce (or reduce-scatter under SP)
+        ops += _tp_exit("tp_embedding", shard, model.hidden_size)
+    return ops
+
+
+def head_ops(model: ModelSpec, shard: Shard, vocab: int) -> list[Op]:
+    """Final norm, LM head (vocab-parallel), cross-entropy in fp32."""
+    h, tokens = model.hidden_size, shard.tokens
+    v_local = vocab // shard.tp
+    ops = [_norm("final_norm", model, shard), *_tp_enter("tp_ag_head", shard, h)]
+    ops.append(_gemm("lm_head", tokens, v_local, h, shard, saved=ACT_BYTES * tokens * h / shard.sp_div))
+    logits = tokens * v_local
+    ops.append(_elementwise("cross_entropy", (ACT_BYTES + 2 * LOGIT_BYTES) * logits, saved=LOGIT_BYTES * logits))
+    if shard.tp > 1:  # max and sum-exp all-reduces over the vocab shards (tiny)
+        ops.append(_comm("tp_ce_reduce", CommKind.ALL_REDUCE, CommAxis.TP, shard.tp, 3 * 4 * tokens))
+    return ops
+
+
+def mtp_ops(model: ModelSpec, shard: Shard, vocab: int) -> list[Op]:
+    """One DeepSeek-V3 multi-token-prediction module: two norms, a 2h -> h projection, one transformer
+    layer (MoE in DeepSeek-V3) and the shared LM head with its loss."""
+    h, tokens = model.hidden_size, shard.tokens
+    ops = [_norm("mtp_norm_h", model, shard), _norm("mtp_norm_e", model, shard)]
+    ops.append(_gemm("mtp_proj", tokens, h, 2 * h // shard.tp, shard, saved=ACT_BYTES * tokens * 2 * h))
+    ops += mla_attention_ops(model, shard) if model.is_mla else attention_ops(model, shard)
+    ops += moe_ops(model, shard) if model.is_moe else mlp_ops(model, shard)
+    ops += head_ops(model, shard, vocab)
+    return [Op(**{**_fields(op), "name": f"mtp_{op.name}"}) for op in ops]
+
+
+def _fields(op: Op) -> dict:
+    return {s: getattr(op, s) for s in Op.__slots__}
+
+
+def decoder_layer_ops(model: ModelSpec, shard: Shard, moe: bool) -> list[Op]:
+    attn = mla_attention_ops(model, shard) if model.is_mla else attention_ops(model, shard)
+    return attn + (moe_ops(model, shard) if moe else mlp_ops(model, shard))

@@ -1,0 +1,333 @@
+"""The one entry point: validated specs in, step time, breakdown, FLOPs and memory out.
+
+Pure and deterministic: the same specs give the same result. Block costs (a layer kind under one shard)
+are cached, so the tuner never recomputes a repeated sub-problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from paraplan.cost.block import BlockContext, BlockCost, block_cost
+from paraplan.cost.calibration import Calibration, calibration_for
+from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
+from paraplan.graph import layers as L
+from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind
+from paraplan.graph.partition import chunks_per_rank, virtual_stages
+from paraplan.memory.model import MemoryResult, rank_memory, state_bytes
+from paraplan.result import Projection
+from paraplan.sim.pipeline import PipelineInput, StageChunk, play_pipeline
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.specs.training import TrainingSpec
+from paraplan.specs.validate import check
+
+_BLOCK_CACHE_SIZE = 4096
+
+
+def group_placements(train: TrainingSpec, system: SystemSpec) -> dict[CommAxis, GroupPlacement]:
+    """Megatron-core rank order: tp, cp, dp, pp (dense); etp, ep, edp, pp (experts)."""
+    gpn = system.gpus_per_node
+    tp, cp, dp, pp, ep, etp = train.tp, train.cp, train.dp, train.pp, train.ep, train.etp
+    return {
+        CommAxis.TP: place_group(tp, 1, gpn),
+        CommAxis.CP: place_group(cp, tp, gpn),
+        CommAxis.DP: place_group(dp * cp, tp, gpn),
+        CommAxis.PP: place_group(pp, tp * cp * dp, gpn),
+        CommAxis.ETP: place_group(etp, 1, gpn),
+        CommAxis.EP: place_group(ep, etp, gpn),
+    }
+
+
+def expert_dp(train: TrainingSpec) -> int:
+    return max(1, (train.tp * train.cp * train.dp) // (train.etp * train.ep))
+
+
+@lru_cache(maxsize=_BLOCK_CACHE_SIZE)
+def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, ctx_key: tuple) -> BlockCost:
+    ctx = _CTX_REGISTRY[ctx_key]
+    vocab = L.padded_vocab(model, shard.tp)
+    if kind == "dense":
+        ops = L.decoder_layer_ops(model, shard, moe=False)
+    elif kind == "moe":
+        ops = L.decoder_layer_ops(model, shard, moe=True)
+    elif kind == "embedding":
+        ops = L.embedding_ops(model, shard)
+    elif kind == "head":
+        ops = L.head_ops(model, shard, vocab)
+    elif kind == "mtp":
+        ops = L.mtp_ops(model, shard, vocab)
+    else:
+        raise ValueError(kind)
+    return block_cost(ops, recompute, ctx)
+
+
+_CTX_REGISTRY: dict[tuple, BlockContext] = {}
+
+
+def _context(
+    system: SystemSpec, train: TrainingSpec, cal: Calibration, timer: Callable[[Op], tuple[float, str]] | None
+) -> tuple:
+    groups = group_placements(train, system)
+    key = (
+        system,
+        cal,
+        tuple(sorted((axis.value, g) for axis, g in groups.items())),
+        train.tp_comm_overlap,
+        train.moe_ep_overlap or train.pipeline_schedule in ("dualpipe", "dualpipev"),
+        id(timer) if timer is not None else None,
+    )
+    if key not in _CTX_REGISTRY:
+        _CTX_REGISTRY[key] = BlockContext(system, cal, groups, key[3], key[4], timer)
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionOptions:
+    calibration: Calibration | None = None
+    timer: Callable[[Op], tuple[float, str]] | None = None
+    """Compute-op timer from a fitted profile: (seconds, source); None = analytic only."""
+    record_events: bool = False
+
+
+def _layer_recompute(train: TrainingSpec, index_in_chunk: int) -> str:
+    mode = train.recompute_granularity
+    if mode == "full" and train.recompute_num_layers is not None and index_in_chunk >= train.recompute_num_layers:
+        return "none"
+    return mode
+
+
+def _add(into: dict[str, float], other: dict[str, float], times: float = 1.0) -> None:
+    for k, v in other.items():
+        into[k] = into.get(k, 0.0) + v * times
+
+
+def project_specs(
+    model: ModelSpec, system: SystemSpec, train: TrainingSpec, options: ProjectionOptions | None = None
+) -> Projection:
+    options = options or ProjectionOptions()
+    train = check(model, system, train)
+    cal = options.calibration or calibration_for(system.gpu.name, train.framework)
+    shard = L.Shard.of(train)
+    ctx_key = _context(system, train, cal, options.timer)
+    ctx = _CTX_REGISTRY[ctx_key]
+    stages = virtual_stages(model, train)
+    chunks = chunks_per_rank(train)
+    order = stage_rank_chunk(train.pipeline_schedule, train.pp, chunks)
+    layer_input_bytes = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
+
+    grid: list[list[StageChunk | None]] = [[None] * chunks for _ in range(train.pp)]
+    rank_dense_params = [0.0] * train.pp
+    rank_expert_params = [0.0] * train.pp
+    max_layer_params = 0.0
+    max_full_saved = 0.0
+    flops_model = flops_hw = 0.0
+    for stage in stages:
+        rank, chunk = order[stage.index]
+        f = b = w = recompute = saved = dense_p = expert_p = 0.0
+        comm_total: dict[str, float] = {}
+        comm_exposed: dict[str, float] = {}
+        stage_flops = stage_recompute_flops = profiled = 0.0
+        parts: list[tuple[str, str, int]] = []
+        for i in range(stage.num_layers):
+            layer = stage.first_layer + i
+            parts.append(("moe" if model.is_moe_layer(layer) else "dense", _layer_recompute(train, i), 1))
+        if stage.has_embedding:
+            parts.append(("embedding", "none", 1))
+        if stage.has_head:
+            parts.append(("head", "none", 1))
+            if model.mtp_num_layers:
+                parts.append(("mtp", "none", model.mtp_num_layers))
+        for kind, mode, count in parts:
+            cost = _cached_block(kind, model, shard, mode, ctx_key)
+            f += cost.forward_s * count
+            b += cost.backward_input_s * count
+            w += cost.backward_weight_s * count
+            recompute += cost.recompute_s * count
+            saved += (cost.saved_bytes + (layer_input_bytes if mode == "full" else 0.0)) * count
+            _add(comm_total, cost.comm_total_s, count)
+            _add(comm_exposed, cost.comm_exposed_s, count)
+            dense_p += cost.dense_params * count
+            expert_p += cost.expert_params * count
+            stage_flops += cost.forward_flops * count
+            stage_recompute_flops += cost.recompute_flops * count
+            profiled += cost.profiled_s * count
+            if kind in ("dense", "moe"):
+                max_layer_params = max(max_layer_params, cost.dense_params + cost.expert_params)
+                if mode == "full":
+                    max_full_saved = max(max_full_saved, cost.full_saved_bytes)
+        rank_dense_params[rank] += dense_p
+        rank_expert_params[rank] += expert_p
+        flops_model += 3 * stage_flops
+        flops_hw += 3 * stage_flops + stage_recompute_flops
+        dp_grad, dp_gather, fsdp_gather, fsdp_rs = _dp_times(dense_p, expert_p, train, system, cal, ctx.groups)
+        grid[rank][chunk] = StageChunk(
+            forward_s=f + cal.microbatch_overhead_s / chunks,
+            backward_input_s=b,
+            backward_weight_s=w,
+            recompute_s=recompute,
+            comm_total_s=comm_total,
+            comm_exposed_s=comm_exposed,
+            activation_bytes=saved,
+            dp_grad_reduce_s=dp_grad,
+            dp_param_gather_s=dp_gather,
+            fsdp_gather_s=fsdp_gather,
+            fsdp_reduce_scatter_s=fsdp_rs,
+            profiled_s=profiled,
+        )
+    p2p_bytes = layer_input_bytes
+    p2p_s = (
+        collective_time_s(CommKind.SEND_RECV, p2p_bytes, ctx.groups[CommAxis.PP], system, cal) if train.pp > 1 else 0
+    )
+    edp = expert_dp(train)
+    optimizer_s = [
+        _optimizer_time(rank_dense_params[r], rank_expert_params[r], train, edp, system, cal) for r in range(train.pp)
+    ]
+    pipeline = play_pipeline(
+        PipelineInput(
+            schedule=train.pipeline_schedule,
+            num_microbatches=train.num_microbatches,
+            chunks=tuple(tuple(c for c in row if c is not None) for row in grid),
+            p2p_s=p2p_s,
+            optimizer_s=tuple(optimizer_s),
+            overlap_grad_reduce=train.overlap_grad_reduce,
+            overlap_param_gather=train.overlap_param_gather,
+            step_overhead_s=cal.step_overhead_s,
+        ),
+        record_events=options.record_events,
+    )
+    # memory per rank
+    copies = 2 if train.pipeline_schedule == "dualpipe" else 1
+    ranks = []
+    for r in range(train.pp):
+        states = state_bytes(
+            rank_dense_params[r] * copies,
+            rank_expert_params[r] * copies,
+            train,
+            edp,
+            gathered_params=2 * max_layer_params if train.shards_params else 0.0,
+        )
+        activations = pipeline.peak_activation_bytes[r]
+        comm_buffers = _comm_buffer_bytes(model, shard, train)
+        ranks.append(rank_memory(r, states, activations, max_full_saved, comm_buffers))
+    memory = MemoryResult(ranks=tuple(ranks), capacity_bytes=system.gpu.hbm_bytes)
+    tokens = train.gbs * train.seq
+    step_flops_model = model_flops_per_sequence(model, train.seq, train.attention_backend) * train.gbs
+    step_flops_hw = step_flops_model + (flops_hw - flops_model) * train.gbs / train.mbs * train.tp * train.cp
+    return Projection.build(
+        model=model,
+        system=system,
+        train=train,
+        calibration=cal,
+        pipeline=pipeline,
+        memory=memory,
+        tokens_per_step=tokens,
+        model_flops_per_step=step_flops_model,
+        hardware_flops_per_step=step_flops_hw,
+    )
+
+
+@lru_cache(maxsize=256)
+def model_flops_per_sequence(model: ModelSpec, seq: int, attention_backend: str = "flash") -> float:
+    """Model FLOPs (forward + backward = 3x forward) of one sequence: every matmul of the unsharded model,
+    attention over the full s x s square (Megatron's convention), LM head and MTP modules included."""
+    shard = L.Shard(
+        batch=1,
+        seq=seq,
+        seq_full=seq,
+        tp=1,
+        sp=False,
+        cp=1,
+        ep=1,
+        etp=1,
+        precision="bf16",
+        flash=attention_backend == "flash",
+    )
+    per_kind = {
+        moe: sum(op.flops for op in L.decoder_layer_ops(model, shard, moe) if op.kind is not OpKind.COMM)
+        for moe in {model.is_moe_layer(i) for i in range(model.num_layers)}
+    }
+    total = sum(per_kind[model.is_moe_layer(i)] for i in range(model.num_layers))
+    vocab = L.padded_vocab(model, 1)
+    total += sum(op.flops for op in L.head_ops(model, shard, vocab) if op.kind is OpKind.GEMM)
+    if model.mtp_num_layers:
+        total += model.mtp_num_layers * sum(
+            op.flops for op in L.mtp_ops(model, shard, vocab) if op.kind is OpKind.GEMM or op.kind is OpKind.ATTENTION
+        )
+    return 3.0 * total
+
+
+def stage_rank_chunk(schedule: str, pp: int, chunks: int) -> list[tuple[int, int]]:
+    """Model order of virtual stages as (rank, chunk)."""
+    from paraplan.sim.layout import stage_order
+
+    return stage_order(schedule, pp, chunks)
+
+
+def _dp_times(
+    dense_params: float,
+    expert_params: float,
+    train: TrainingSpec,
+    system: SystemSpec,
+    cal: Calibration,
+    groups: dict[CommAxis, GroupPlacement],
+) -> tuple[float, float, float, float]:
+    """(grad reduction once per step, param all-gather once per step, FSDP gather per mb, FSDP RS per mb)."""
+    dp_group = groups[CommAxis.DP]
+    edp = expert_dp(train)
+    edp_group = place_group(edp, train.etp * train.ep, system.gpus_per_node)
+    grad_bytes = 4 if train.grad_reduce_in_fp32 else 2
+
+    def coll(kind: CommKind, params: float, nbytes_per: float, group: GroupPlacement) -> float:
+        return collective_time_s(kind, params * nbytes_per, group, system, cal)
+
+    if train.shards_params:
+        gather = coll(CommKind.ALL_GATHER, dense_params, 2, dp_group) + coll(
+            CommKind.ALL_GATHER, expert_params, 2, edp_group
+        )
+        rs = coll(CommKind.REDUCE_SCATTER, dense_params, 4, dp_group) + coll(
+            CommKind.REDUCE_SCATTER, expert_params, 4, edp_group
+        )
+        return 0.0, 0.0, gather, rs
+    if train.shards_optimizer:
+        grad = coll(CommKind.REDUCE_SCATTER, dense_params, grad_bytes, dp_group) + coll(
+            CommKind.REDUCE_SCATTER, expert_params, grad_bytes, edp_group
+        )
+        gather = coll(CommKind.ALL_GATHER, dense_params, 2, dp_group) + coll(
+            CommKind.ALL_GATHER, expert_params, 2, edp_group
+        )
+        return grad, gather, 0.0, 0.0
+    grad = coll(CommKind.ALL_REDUCE, dense_params, grad_bytes, dp_group) + coll(
+        CommKind.ALL_REDUCE, expert_params, grad_bytes, edp_group
+    )
+    return grad, 0.0, 0.0, 0.0
+
+
+def _optimizer_time(
+    dense_params: float, expert_params: float, train: TrainingSpec, edp: int, system: SystemSpec, cal: Calibration
+) -> float:
+    """Fused Adam: memory-bound over the parameters this rank updates."""
+    dp = train.dp * train.cp
+    if train.shards_optimizer or train.shards_params:
+        params = dense_params / dp + expert_params / edp
+    else:
+        params = dense_params + expert_params
+    return params * cal.optimizer_bytes_per_param / (system.gpu.hbm_bytes_per_s * cal.memory_efficiency)
+
+
+def _comm_buffer_bytes(model: ModelSpec, shard: L.Shard, train: TrainingSpec) -> float:
+    """All-to-all dispatch buffers for MoE and the TP all-gather output under SP."""
+    h = model.hidden_size
+    buffers = 0.0
+    if shard.sp:
+        buffers += L.ACT_BYTES * shard.tokens * h  # gathered sequence for the next GEMM
+    if model.is_moe and train.ep > 1:
+        own = shard.tokens // shard.tp if shard.sp else shard.tokens
+        buffers += 2 * L.ACT_BYTES * own * model.moe_router_topk * h
+    return buffers
+
+
+def with_defaults(train: TrainingSpec, **values: object) -> TrainingSpec:
+    return replace(train, **values)

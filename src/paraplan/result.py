@@ -1,0 +1,112 @@
+"""The typed answer of a projection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.cost.calibration import Calibration
+from paraplan.memory.model import MemoryResult
+from paraplan.sim.pipeline import PipelineOutcome
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.specs.training import TrainingSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    model: ModelSpec
+    system: SystemSpec
+    train: TrainingSpec
+    calibration: Calibration
+    pipeline: PipelineOutcome
+    memory: MemoryResult
+    step_time_s: float
+    tokens_per_step: int
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+
+    @classmethod
+    def build(cls, **kw) -> Projection:
+        return cls(step_time_s=kw["pipeline"].step_time_s, **kw)
+
+    @property
+    def tokens_per_sec_per_gpu(self) -> float:
+        return self.tokens_per_step / self.step_time_s / self.system.num_gpus
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        return self.model_flops_per_step / self.step_time_s / self.system.num_gpus / 1e12
+
+    @property
+    def peak_flops_per_gpu(self) -> float:
+        """MFU/HFU denominator: the dense 16-bit peak (the common convention, also for FP8 runs)."""
+        return self.system.gpu.peak_flops("bf16")
+
+    @property
+    def mfu(self) -> float:
+        return self.tflops_per_gpu * 1e12 / self.peak_flops_per_gpu
+
+    @property
+    def hfu(self) -> float:
+        return self.hardware_flops_per_step / self.step_time_s / self.system.num_gpus / self.peak_flops_per_gpu
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        return dict(self.pipeline.breakdown)
+
+    def to_dict(self) -> dict:
+        t = self.train
+        return {
+            "model": self.model.name,
+            "gpu": self.system.gpu.name,
+            "num_gpus": self.system.num_gpus,
+            "config": {
+                "tp": t.tp,
+                "pp": t.pp,
+                "vpp": t.vpp,
+                "cp": t.cp,
+                "ep": t.ep,
+                "etp": t.etp,
+                "dp": t.dp,
+                "mbs": t.mbs,
+                "gbs": t.gbs,
+                "seq": t.seq,
+                "num_microbatches": t.num_microbatches,
+                "sequence_parallel": t.sequence_parallel,
+                "recompute": t.recompute_granularity,
+                "recompute_num_layers": t.recompute_num_layers,
+                "distributed_optimizer": t.use_distributed_optimizer,
+                "zero_stage": t.zero_stage,
+                "fsdp": t.fsdp,
+                "schedule": t.pipeline_schedule,
+                "precision": t.precision,
+                "overlap_grad_reduce": t.overlap_grad_reduce,
+                "overlap_param_gather": t.overlap_param_gather,
+                "tp_comm_overlap": t.tp_comm_overlap,
+                "attention_backend": t.attention_backend,
+                "framework": t.framework,
+            },
+            "step_time_s": self.step_time_s,
+            "tokens_per_sec_per_gpu": self.tokens_per_sec_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "model_flops_per_step": self.model_flops_per_step,
+            "hardware_flops_per_step": self.hardware_flops_per_step,
+            "breakdown": self.breakdown,
+            "communication": {
+                "total_s": self.pipeline.comm_total_s,
+                "exposed_s": self.pipeline.comm_exposed_s,
+            },
+            "pipeline": {
+                "simulated": self.pipeline.simulated,
+                "critical_rank": self.pipeline.critical_rank,
+                "bubble_s": list(self.pipeline.bubble_s),
+                "peak_inflight_microbatches": list(self.pipeline.peak_inflight_microbatches),
+            },
+            "cost_sources": {
+                "profiled_fraction": self.pipeline.profiled_fraction,
+                "calibration": self.calibration.source,
+            },
+            "memory": self.memory.to_dict(),
+        }

@@ -1,0 +1,104 @@
+"""Model architecture: what a transformer is made of, independent of how it is run.
+
+Field names follow Megatron-core's `TransformerConfig` where one exists (`num_layers`, `hidden_size`,
+`ffn_hidden_size`, `num_attention_heads`, `num_query_groups`, `kv_channels`, `moe_ffn_hidden_size`, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Literal
+
+Activation = Literal["swiglu", "gelu", "squared_relu", "relu", "geglu"]
+Norm = Literal["rmsnorm", "layernorm"]
+Position = Literal["rope", "learned", "alibi", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer. Dense, GQA/MQA, MoE and MLA variants are all this one type."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    """FFN width of a dense layer (for all-MoE models, the width a dense layer would have)."""
+    num_attention_heads: int
+    vocab_size: int
+    num_query_groups: int | None = None
+    """KV heads (GQA/MQA). None means multi-head attention (= num_attention_heads)."""
+    kv_channels: int | None = None
+    """Head dim. None means hidden_size // num_attention_heads (Qwen3 sets it explicitly)."""
+    activation: Activation = "swiglu"
+    norm: Norm = "rmsnorm"
+    position: Position = "rope"
+    tied_embeddings: bool = False
+    attention_bias: bool = False
+    dropout: bool = False
+    """GPT-style dropout after attention and MLP (saves 1-byte masks: Korthikanti et al. 2022)."""
+    # --- mixture of experts ---
+    num_experts: int = 0
+    moe_ffn_hidden_size: int | None = None
+    moe_router_topk: int = 0
+    moe_shared_expert_intermediate_size: int = 0
+    """Total width of the shared expert(s) (DeepSeek: n_shared_experts x moe_intermediate_size)."""
+    moe_first_k_dense: int = 0
+    """The first k layers are dense (DeepSeek `first_k_dense_replace`)."""
+    moe_layer_freq: int = 1
+    """Every n-th layer (after the dense prefix) is MoE (`moe_layer_freq`, `decoder_sparse_step`)."""
+    # --- multi-head latent attention (DeepSeek-V2/V3) ---
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # --- multi-token prediction (DeepSeek-V3) ---
+    mtp_num_layers: int = 0
+    source: str = ""
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def kv_groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def gated_mlp(self) -> bool:
+        return self.activation in ("swiglu", "geglu")
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether decoder layer `index` (0-based) is an MoE layer."""
+        if not self.is_moe or index < self.moe_first_k_dense:
+            return False
+        return (index - self.moe_first_k_dense) % self.moe_layer_freq == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    def with_overrides(self, **values: object) -> ModelSpec:
+        known = {f.name for f in fields(self)}
+        return replace(self, **{k: v for k, v in values.items() if k in known and v is not None})

@@ -1,0 +1,94 @@
+"""The cluster: GPU, scale-up domain (NVLink/xGMI) and scale-out network."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
+
+# Precision names (as in the measured data) -> the tensor-core peak they run on.
+PRECISION_PEAK_KEY: Mapping[str, str] = MappingProxyType(
+    {
+        "fp32": "fp16",  # TF32/FP32 runs are not modelled separately; treated as 16-bit math
+        "fp16": "fp16",
+        "bf16": "bf16",
+        "fp8": "fp8",  # FP8 with delayed scaling (Transformer Engine)
+        "fp8_cs": "fp8",  # FP8 with current (per-tensor) scaling
+        "fp8_blockwise": "fp8",  # DeepSeek-V3 style 128x128 / 1x128 block scaling
+        "mxfp8": "fp8",  # OCP MX FP8 (Blackwell)
+        "nvfp4": "fp4",  # NVFP4 (Blackwell)
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One accelerator. Peaks are dense tensor-core TFLOP/s per math type (0: not supported)."""
+
+    name: str
+    fp16_tflops: float
+    bf16_tflops: float
+    fp8_tflops: float
+    fp4_tflops: float
+    hbm_gib: float
+    hbm_tbps: float
+    sm_count: int
+    source: str = ""
+
+    @property
+    def peak_tflops(self) -> dict[str, float]:
+        return {"fp16": self.fp16_tflops, "bf16": self.bf16_tflops, "fp8": self.fp8_tflops, "fp4": self.fp4_tflops}
+
+    def peak_flops(self, precision: str) -> float:
+        key = PRECISION_PEAK_KEY.get(precision, precision)
+        tflops = getattr(self, f"{key}_tflops", 0.0) or self.fp16_tflops
+        return tflops * 1e12
+
+    def supports(self, precision: str) -> bool:
+        key = PRECISION_PEAK_KEY.get(precision)
+        return key is not None and getattr(self, f"{key}_tflops", 0.0) > 0
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.hbm_gib * 2**30
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_tbps * 1e12
+
+
+@dataclass(frozen=True, slots=True)
+class SystemSpec:
+    """A homogeneous cluster of `num_gpus` GPUs, `gpus_per_node` of them per scale-up domain."""
+
+    gpu: GpuSpec
+    num_gpus: int
+    gpus_per_node: int
+    scale_up_gbps: float
+    """Scale-up (NVLink/xGMI) bandwidth per GPU per direction, GB/s."""
+    nic_gbps: float
+    """Scale-out bandwidth per GPU, Gb/s."""
+    scale_up_latency_us: float = 3.0
+    nic_latency_us: float = 8.0
+    rail_optimized: bool = True
+    name: str = ""
+
+    @property
+    def num_nodes(self) -> int:
+        return -(-self.num_gpus // self.gpus_per_node)
+
+    @property
+    def scale_up_bytes_per_s(self) -> float:
+        return self.scale_up_gbps * 1e9
+
+    @property
+    def nic_bytes_per_s(self) -> float:
+        return self.nic_gbps * 1e9 / 8
+
+    def with_overrides(self, **values: object) -> SystemSpec:
+        known = {f.name for f in fields(self)}
+        gpu_known = {f.name for f in fields(self.gpu)}
+        own = {k: v for k, v in values.items() if k in known and v is not None}
+        gpu_values = {k: v for k, v in values.items() if k in gpu_known and v is not None}
+        gpu = replace(self.gpu, **gpu_values) if gpu_values else self.gpu
+        return replace(self, gpu=gpu, **own)

@@ -1,0 +1,151 @@
+"""How the model is trained: parallel layout, batch, recompute, sharding, overlap, precision, schedule.
+
+Field names are Megatron-core's (`tensor_model_parallel_size`, ...); `ALIASES` maps the short names
+users type (`tp pp vpp cp ep etp dp mbs gbs seq`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Literal
+
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev"]
+
+PRECISIONS = ("fp16", "bf16", "fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
+RECOMPUTES = ("none", "selective", "full")
+
+ALIASES: dict[str, str] = {
+    "tp": "tensor_model_parallel_size",
+    "pp": "pipeline_model_parallel_size",
+    "vpp": "virtual_pipeline_model_parallel_size",
+    "cp": "context_parallel_size",
+    "ep": "expert_model_parallel_size",
+    "etp": "expert_tensor_parallel_size",
+    "dp": "data_parallel_size",
+    "mbs": "micro_batch_size",
+    "gbs": "global_batch_size",
+    "seq": "seq_length",
+    "sp": "sequence_parallel",
+    "recompute": "recompute_granularity",
+    "zero": "zero_stage",
+    "dist_opt": "use_distributed_optimizer",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSpec:
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    virtual_pipeline_model_parallel_size: int = 1
+    """Model chunks per pipeline rank (interleaved 1F1B). 1 = no interleaving."""
+    context_parallel_size: int = 1
+    expert_model_parallel_size: int = 1
+    expert_tensor_parallel_size: int | None = None
+    """TP inside the experts; None means equal to tensor_model_parallel_size (Megatron default)."""
+    data_parallel_size: int | None = None
+    """None: derived as num_gpus / (tp * pp * cp)."""
+    micro_batch_size: int = 1
+    global_batch_size: int = 1
+    seq_length: int = 2048
+    sequence_parallel: bool = False
+    recompute_granularity: Recompute = "none"
+    recompute_num_layers: int | None = None
+    """With full recompute: layers per stage recomputed (Megatron `--recompute-num-layers`, block method).
+    None means all of them."""
+    use_distributed_optimizer: bool = False
+    zero_stage: int = 0
+    """0 plain DDP, 1 sharded optimizer states (= distributed optimizer), 2 + sharded grads, 3 full shard."""
+    fsdp: bool = False
+    """Fully sharded data parallel (torch FSDP / Megatron FSDP): same memory as ZeRO-3."""
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    moe_ep_overlap: bool = False
+    """Overlap the EP all-to-all with other compute (DualPipe-style or Megatron's `--overlap-moe-expert-parallel-comm`)."""
+    precision: str = "bf16"
+    attention_backend: Literal["flash", "unfused"] = "flash"
+    """Fused flash attention (saves only Q, K, V, O and the log-sum-exp) or Megatron's unfused core
+    attention (saves the softmax and dropout outputs: the 5*a*s^2*b term of Korthikanti et al.)."""
+    pipeline_schedule: Schedule = "1f1b"
+    decoder_first_pipeline_num_layers: int | None = None
+    decoder_last_pipeline_num_layers: int | None = None
+    pipeline_layout: tuple[int, ...] | None = None
+    """Explicit decoder layers per virtual stage, in model order (a simplified
+    `--pipeline-model-parallel-layout`)."""
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    grad_reduce_in_fp32: bool = True
+    """Megatron keeps fp32 main grads and reduces them in fp32 unless `--grad-reduce-in-bf16`."""
+    framework: str = "megatron-lm"
+    """Framework whose runtime overheads apply (megatron-lm, nemo-megatron, megatron-deepspeed, llm-foundry)."""
+
+    # ------------------------------------------------------------------ short names
+    @property
+    def tp(self) -> int:
+        return self.tensor_model_parallel_size
+
+    @property
+    def pp(self) -> int:
+        return self.pipeline_model_parallel_size
+
+    @property
+    def vpp(self) -> int:
+        return self.virtual_pipeline_model_parallel_size
+
+    @property
+    def cp(self) -> int:
+        return self.context_parallel_size
+
+    @property
+    def ep(self) -> int:
+        return self.expert_model_parallel_size
+
+    @property
+    def etp(self) -> int:
+        return self.expert_tensor_parallel_size or self.tensor_model_parallel_size
+
+    @property
+    def dp(self) -> int:
+        return self.data_parallel_size or 1
+
+    @property
+    def mbs(self) -> int:
+        return self.micro_batch_size
+
+    @property
+    def gbs(self) -> int:
+        return self.global_batch_size
+
+    @property
+    def seq(self) -> int:
+        return self.seq_length
+
+    @property
+    def num_microbatches(self) -> int:
+        return max(1, self.gbs // (self.mbs * self.dp))
+
+    @property
+    def shards_params(self) -> bool:
+        return self.fsdp or self.zero_stage >= 3
+
+    @property
+    def shards_optimizer(self) -> bool:
+        return self.use_distributed_optimizer or self.zero_stage >= 1 or self.fsdp
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    def with_values(self, **values: object) -> TrainingSpec:
+        """Replace fields given by canonical or short name; None values are ignored."""
+        known = {f.name for f in fields(self)}
+        canonical: dict[str, object] = {}
+        for key, value in values.items():
+            if value is None:
+                continue
+            name = ALIASES.get(key, key)
+            if name in known:
+                canonical[name] = value
+        return replace(self, **canonical)

@@ -1,0 +1,126 @@
+"""Every layout rule, in one place. All violations are collected and reported at once, one line each."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from paraplan.errors import ConfigError
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.specs.training import PRECISIONS, RECOMPUTES, SCHEDULES, TrainingSpec
+
+_V_SCHEDULES = ("zb-v", "dualpipev", "dualpipe")
+
+
+def resolve_dp(train: TrainingSpec, system: SystemSpec) -> TrainingSpec:
+    """Fill in data parallelism from the GPU count when not given (world = tp * pp * cp * dp)."""
+    if train.data_parallel_size is not None:
+        return train
+    model_parallel = train.tp * train.pp * train.cp
+    dp = system.num_gpus // model_parallel if model_parallel > 0 else 0
+    return replace(train, data_parallel_size=max(dp, 1) if system.num_gpus % max(model_parallel, 1) == 0 else dp)
+
+
+def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -> list[str]:
+    """Return one line per violated rule, naming the rule and the numbers."""
+    p: list[str] = []
+    tp, pp, vpp, cp, ep, etp, dp = train.tp, train.pp, train.vpp, train.cp, train.ep, train.etp, train.dp
+    for name, value in (("tp", tp), ("pp", pp), ("vpp", vpp), ("cp", cp), ("ep", ep), ("etp", etp)):
+        if value < 1:
+            p.append(f"{name} must be >= 1 (got {value})")
+    if train.mbs < 1 or train.gbs < 1 or train.seq < 1:
+        p.append(f"mbs, gbs and seq must be >= 1 (got mbs={train.mbs}, gbs={train.gbs}, seq={train.seq})")
+    if system.num_gpus < 1:
+        p.append(f"the GPU count must be >= 1 (got {system.num_gpus})")
+    if p:
+        return p
+    world = tp * pp * cp * dp
+    if train.data_parallel_size is not None and world != system.num_gpus:
+        p.append(f"world size tp*pp*cp*dp = {tp}*{pp}*{cp}*{dp} = {world} must equal the GPU count {system.num_gpus}")
+    elif system.num_gpus % (tp * pp * cp) != 0 or dp < 1:
+        p.append(f"GPU count {system.num_gpus} is not divisible by tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp}")
+    if model.num_attention_heads % tp:
+        p.append(f"attention heads {model.num_attention_heads} must be divisible by tp {tp}")
+    if not model.is_mla and model.kv_groups % tp and tp % model.kv_groups:
+        p.append(f"KV groups {model.kv_groups} and tp {tp}: one must divide the other")
+    if train.sequence_parallel and tp == 1:
+        p.append("sequence parallelism needs tp > 1 (got tp=1)")
+    if train.seq % (2 * cp) and cp > 1:
+        p.append(f"seq {train.seq} must be divisible by 2*cp = {2 * cp} (load-balanced causal context parallelism)")
+    if train.sequence_parallel and (train.seq // cp) % tp:
+        p.append(f"with sequence parallelism seq/cp = {train.seq // cp} must be divisible by tp {tp}")
+    if dp >= 1 and train.gbs % (train.mbs * dp):
+        p.append(f"global batch {train.gbs} must be divisible by mbs*dp = {train.mbs}*{dp} = {train.mbs * dp}")
+    m = train.num_microbatches
+    schedule = train.pipeline_schedule
+    if schedule not in SCHEDULES:
+        p.append(f"unknown pipeline schedule '{schedule}': choose one of {', '.join(SCHEDULES)}")
+    if train.precision not in PRECISIONS:
+        p.append(f"unknown precision '{train.precision}': choose one of {', '.join(PRECISIONS)}")
+    elif not system.gpu.supports(train.precision):
+        p.append(f"precision {train.precision} is not supported by {system.gpu.name} (no tensor-core peak for it)")
+    elif train.precision in ("mxfp8", "nvfp4") and system.gpu.fp4_tflops <= 0:
+        p.append(f"precision {train.precision} needs a Blackwell-class GPU (got {system.gpu.name})")
+    if train.recompute_granularity not in RECOMPUTES:
+        p.append(f"unknown recompute '{train.recompute_granularity}': choose one of {', '.join(RECOMPUTES)}")
+    if vpp > 1 and schedule not in ("interleaved",) and schedule not in _V_SCHEDULES:
+        p.append(f"vpp {vpp} > 1 needs the interleaved schedule (got {schedule})")
+    if schedule == "interleaved" and pp > 1 and m % pp:
+        p.append(f"interleaved 1F1B needs micro-batches {m} divisible by pp {pp} (Megatron rule)")
+    if schedule in ("1f1b", "interleaved", "zb-h1") and pp > 1 and m < pp:
+        p.append(f"{schedule} needs at least pp micro-batches: {m} < pp {pp}")
+    if schedule in ("zb-v", "dualpipev") and m < 2 * pp:
+        p.append(f"{schedule} needs at least 2*pp micro-batches: {m} < {2 * pp}")
+    if schedule == "dualpipe" and (pp % 2 or m < 2 * pp or m % 2):
+        p.append(f"dualpipe needs an even pp and an even number of micro-batches >= 2*pp (pp={pp}, m={m})")
+    # layers per virtual stage
+    chunks = pp * (2 if schedule in _V_SCHEDULES else vpp)
+    if train.pipeline_layout is not None:
+        if len(train.pipeline_layout) != chunks:
+            p.append(f"pipeline layout has {len(train.pipeline_layout)} stages, expected pp*chunks = {chunks}")
+        if sum(train.pipeline_layout) != model.num_layers:
+            p.append(f"pipeline layout sums to {sum(train.pipeline_layout)} layers, model has {model.num_layers}")
+    else:
+        first, last = train.decoder_first_pipeline_num_layers, train.decoder_last_pipeline_num_layers
+        accounted = int(train.account_for_embedding_in_pipeline_split) + int(train.account_for_loss_in_pipeline_split)
+        rest_layers = model.num_layers + accounted - (first or 0) - (last or 0)
+        rest_stages = pp - (first is not None) - (last is not None)
+        if (first is not None or last is not None) and pp < 2:
+            p.append("decoder first/last pipeline layers need pp >= 2")
+        elif rest_stages > 0 and (rest_layers < 0 or rest_layers % (rest_stages * (chunks // pp))):
+            p.append(
+                f"layers {rest_layers} (after uneven first/last stages) must divide evenly over "
+                f"{rest_stages} stages x {chunks // pp} chunks"
+            )
+        elif rest_stages == 0 and rest_layers != 0:
+            p.append(f"first + last pipeline layers must equal the model's {model.num_layers} layers with pp=2")
+    if model.is_moe:
+        if model.num_experts % ep:
+            p.append(f"experts {model.num_experts} must be divisible by ep {ep}")
+        expert_dp = (tp * cp * dp) // (etp * ep) if etp * ep else 0
+        if (tp * cp * dp) % (etp * ep):
+            p.append(f"etp*ep = {etp}*{ep} = {etp * ep} must divide tp*cp*dp = {tp * cp * dp} (Megatron expert grid)")
+        elif expert_dp < 1:
+            p.append(f"expert data parallel size must be >= 1 (got {expert_dp})")
+    elif ep > 1:
+        p.append(f"ep {ep} > 1 needs an MoE model ({model.name} has no experts)")
+    if train.fsdp and train.use_distributed_optimizer:
+        p.append("FSDP and the distributed optimizer are exclusive: choose one")
+    if train.zero_stage not in (0, 1, 2, 3):
+        p.append(f"ZeRO stage must be 0, 1, 2 or 3 (got {train.zero_stage})")
+    if train.zero_stage >= 2 and not train.fsdp and pp > 1:
+        p.append(f"DeepSpeed ZeRO-{train.zero_stage} cannot be combined with pipeline parallelism (pp={pp})")
+    if model.is_moe and tp > 1 and ep > 1 and not train.sequence_parallel:
+        p.append(f"MoE with tp {tp} > 1 and ep {ep} > 1 needs sequence parallelism (Megatron rule)")
+    if train.recompute_num_layers is not None and train.recompute_granularity != "full":
+        p.append("recompute_num_layers needs recompute full")
+    return p
+
+
+def check(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -> TrainingSpec:
+    """Resolve derived fields and raise ConfigError listing every violated rule."""
+    train = resolve_dp(train, system)
+    problems = layout_problems(model, system, train)
+    if problems:
+        raise ConfigError(problems)
+    return train
