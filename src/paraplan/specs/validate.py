@@ -67,7 +67,7 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"vpp {vpp} > 1 needs the interleaved schedule (got {schedule})")
     if schedule == "interleaved" and pp > 1 and m % pp:
         p.append(f"interleaved 1F1B needs micro-batches {m} divisible by pp {pp} (Megatron rule)")
-    if schedule in ("1f1b", "interleaved", "zb-h1") and pp > 1 and m < pp:
+    if schedule in ("interleaved", "zb-h1") and pp > 1 and m < pp:
         p.append(f"{schedule} needs at least pp micro-batches: {m} < pp {pp}")
     if schedule in ("zb-v", "dualpipev") and m < 2 * pp:
         p.append(f"{schedule} needs at least 2*pp micro-batches: {m} < {2 * pp}")

@@ -1,0 +1,84 @@
+"""`paraplan validate`: the error against measured runs, per source, always visible."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from paraplan.cli.common import console, handle_errors
+from paraplan.validate.measured import read_rows
+from paraplan.validate.report import ValidationReport, validate_rows
+
+
+def validate(
+    data: Annotated[str, typer.Option("--data", help="CSV with the columns of shared/data/measured/public.csv")],
+    source: Annotated[str | None, typer.Option("--source", help="only rows of this source")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    report: Annotated[bool, typer.Option("--report", help="print the per-source table as Markdown (README)")] = False,
+    show_rows: Annotated[bool, typer.Option("--rows", help="print every row's error")] = False,
+) -> None:
+    """Project every complete row and compare with the measured value in the row's own metric."""
+    rows = read_rows(data)
+    result = validate_rows(rows, source)
+    if as_json:
+        print(json.dumps(result.to_dict()))
+        return
+    if report:
+        print(markdown_table(result))
+        return
+    _print(result, show_rows)
+
+
+def markdown_table(result: ValidationReport) -> str:
+    lines = ["| source | rows | MAPE % |", "|---|---:|---:|"]
+    for name, stats in result.per_source().items():
+        lines.append(f"| {name} | {stats['n']} | {stats['mape_pct']:.1f} |")
+    lines.append(f"| **source-balanced** | {len(result.rows)} | **{result.mape_pct:.1f}** |")
+    lines.append("")
+    lines.append(
+        f"Kendall tau within (model, GPU, GPU count) groups: {result.kendall_tau():.3f} (all), "
+        f"{result.kendall_tau('vTrain'):.3f} (vTrain)."
+    )
+    gaps = result.fastest_gap_pct("vTrain")
+    if gaps:
+        worst = max(gaps.values())
+        lines.append(
+            f"Projected-fastest vs measured-fastest in the {len(gaps)} vTrain groups: "
+            f"mean gap {sum(gaps.values()) / len(gaps):.2f}%, worst {worst:.2f}%."
+        )
+    if result.skipped:
+        lines.append(f"Rows not projected: {len(result.skipped)} (listed by `paraplan validate --rows`).")
+    return "\n".join(lines)
+
+
+def _print(result: ValidationReport, show_rows: bool) -> None:
+    if show_rows:
+        table = Table(title="per row")
+        for col in ("id", "source", "metric", "measured", "predicted", "error %"):
+            table.add_column(col)
+        for r in result.rows:
+            table.add_row(r.id, r.source, r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{r.error_pct:+.1f}")
+        console.print(table)
+    table = Table(title="error per source")
+    table.add_column("source")
+    table.add_column("rows", justify="right")
+    table.add_column("MAPE %", justify="right")
+    for name, stats in result.per_source().items():
+        table.add_row(name, str(stats["n"]), f"{stats['mape_pct']:.1f}")
+    table.add_row("[bold]source-balanced[/]", str(len(result.rows)), f"[bold]{result.mape_pct:.1f}[/]")
+    console.print(table)
+    console.print(f"Kendall tau within (model, GPU, GPU count) groups: {result.kendall_tau():.3f}")
+    if result.skipped:
+        skipped = Table(title=f"rows not projected ({len(result.skipped)})")
+        skipped.add_column("id")
+        skipped.add_column("reason")
+        for row_id, reason in result.skipped:
+            skipped.add_row(row_id, reason)
+        console.print(skipped)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(handle_errors(validate))

@@ -1,0 +1,225 @@
+"""Measured runs (the columns of shared/data/measured/public.csv) as paraplan specs.
+
+Where a row leaves a setting empty, the named framework's default applies; `FRAMEWORK_DEFAULTS` lists
+each choice and where it comes from, and every row records which defaults it used.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paraplan.errors import ConfigError
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.presets import model_preset, system_preset
+from paraplan.specs.system import SystemSpec
+from paraplan.specs.training import TrainingSpec
+
+REQUIRED_COLUMNS = (
+    "id", "source", "model", "arch", "num_layers", "hidden", "ffn_hidden", "num_heads", "seq_len", "gpu_preset",
+    "num_gpus", "tp", "pp", "mbs", "gbs", "precision", "framework", "metric", "value",
+)  # fmt: skip
+
+# What each framework does when a row does not say (documented choices, not fitted).
+FRAMEWORK_DEFAULTS: dict[str, dict[str, object]] = {
+    # Megatron-LM as used in the 2020-2022 papers: unfused core attention (fused softmax kernel; flash
+    # attention arrived in 2022-23), torch DDP with overlapped bucketed all-reduce, no distributed optimizer.
+    "megatron-lm": {
+        "attention_backend": "unfused",
+        "overlap_grad_reduce": True,
+        "sequence_parallel": False,
+        "recompute_granularity": "full",
+    },
+    # Megatron-DeepSpeed as run by vTrain (MICRO'24): unfused attention, 1F1B, no gradient bucketing
+    # (grad all-reduce after the backward, not overlapped).
+    "megatron-deepspeed": {
+        "attention_backend": "unfused",
+        "overlap_grad_reduce": False,
+        "sequence_parallel": False,
+        "recompute_granularity": "full",
+    },
+    # NeMo 24.07 / Megatron-Bridge 25.11 performance recipes (scripts/performance): flash attention (TE),
+    # distributed optimizer with overlapped grad reduce-scatter and param all-gather, sequence parallel
+    # whenever tp > 1, TP communication overlap (userbuffers) on, no activation recompute, expert TP 1 for MoE,
+    # embedding and loss accounted in the pipeline split when the layers do not divide.
+    "nemo-megatron": {
+        "attention_backend": "flash",
+        "use_distributed_optimizer": True,
+        "overlap_grad_reduce": True,
+        "overlap_param_gather": True,
+        "sequence_parallel": "tp>1",
+        "tp_comm_overlap": "tp>1",
+        "recompute_granularity": "none",
+        "expert_tensor_parallel_size": 1,
+    },
+    # llm-foundry (MosaicML): FSDP FULL_SHARD with prefetch, flash attention, bf16 mixed precision.
+    "llm-foundry": {
+        "attention_backend": "flash",
+        "fsdp": True,
+        "zero_stage": 3,
+        "sequence_parallel": False,
+        "recompute_granularity": "none",
+    },
+}
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    id: str
+    source: str
+    metric: str
+    value: float
+    model: ModelSpec
+    system: SystemSpec
+    train: TrainingSpec
+    group: tuple[str, str, int]  # (model, gpu, num_gpus): runs whose ordering a tuner must get right
+    defaults_used: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _int(row: dict[str, str], key: str) -> int | None:
+    value = (row.get(key) or "").strip()
+    return int(float(value)) if value else None
+
+
+def _model_from_row(row: dict[str, str]) -> ModelSpec:
+    preset = (row.get("model_preset") or "").strip()
+    if preset:
+        return model_preset(preset)
+    arch = row["arch"].strip().lower()
+    hidden = _int(row, "hidden")
+    heads = _int(row, "num_heads")
+    num_experts = _int(row, "num_experts") or 0
+    common = dict(
+        name=row["model"],
+        num_layers=_int(row, "num_layers"),
+        hidden_size=hidden,
+        ffn_hidden_size=_int(row, "ffn_hidden"),
+        num_attention_heads=heads,
+        num_query_groups=_int(row, "num_kv_heads"),
+        vocab_size=_int(row, "vocab") or 51200,
+    )
+    if num_experts:
+        common.update(
+            num_experts=num_experts, moe_ffn_hidden_size=_int(row, "ffn_hidden"), moe_router_topk=_int(row, "topk") or 2
+        )
+    if arch in ("gpt", "other"):
+        return ModelSpec(
+            activation="gelu", norm="layernorm", position="learned", attention_bias=True, dropout=True, **common
+        )
+    if arch == "mpt":  # llm-foundry MPT: ALiBi, GELU MLP (expansion 4), LayerNorm, no biases, no dropout
+        return ModelSpec(activation="gelu", norm="layernorm", position="alibi", **common)
+    return ModelSpec(**common)
+
+
+def _pipeline_split(model: ModelSpec, pp: int, chunks: int) -> dict[str, object]:
+    """Megatron-Bridge: count embedding and loss as layers when that makes the split even; else spread."""
+    n = pp * chunks
+    if model.num_layers % n == 0:
+        return {}
+    if (model.num_layers + 2) % n == 0:
+        return {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+    base, extra = divmod(model.num_layers, n)
+    layout = [base + (1 if 0 < i <= extra else 0) for i in range(n)]
+    if sum(layout) != model.num_layers:
+        layout[-1] += model.num_layers - sum(layout)
+    return {"pipeline_layout": tuple(layout)}
+
+
+def run_from_row(row: dict[str, str]) -> MeasuredRun:
+    missing = [c for c in REQUIRED_COLUMNS if not (row.get(c) or "").strip()]
+    if (row.get("complete") or "1").strip() == "0":
+        missing.append("complete=0 (the source leaves fields a projection needs unstated)")
+    if missing:
+        raise ConfigError(f"row {row.get('id', '?')}: missing {', '.join(missing)}")
+    model = _model_from_row(row)
+    num_gpus = _int(row, "num_gpus")
+    system = system_preset(row["gpu_preset"].strip(), num_gpus)
+    overrides: dict[str, object] = {}
+    if _int(row, "gpus_per_node"):
+        overrides["gpus_per_node"] = _int(row, "gpus_per_node")
+    if (row.get("nic_gbps_per_gpu") or "").strip():
+        overrides["nic_gbps"] = float(row["nic_gbps_per_gpu"])
+    system = system.with_overrides(**overrides)
+    framework = row["framework"].strip()
+    defaults = dict(FRAMEWORK_DEFAULTS.get(framework, {}))
+    tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
+    vpp = _int(row, "vpp") or 1
+    values: dict[str, object] = {
+        "tp": tp,
+        "pp": pp,
+        "vpp": vpp,
+        "cp": _int(row, "cp") or 1,
+        "ep": _int(row, "ep") or 1,
+        "dp": _int(row, "dp"),
+        "mbs": _int(row, "mbs"),
+        "gbs": _int(row, "gbs"),
+        "seq": _int(row, "seq_len"),
+        "precision": row["precision"].strip(),
+        "framework": framework,
+        "pipeline_schedule": "interleaved" if vpp > 1 else "1f1b",
+    }
+    used: list[str] = []
+    stated = {
+        "sequence_parallel": (row.get("sp") or "").strip(),
+        "recompute_granularity": (row.get("recompute") or "").strip(),
+        "zero_stage": (row.get("zero") or "").strip(),
+    }
+    if stated["sequence_parallel"]:
+        values["sequence_parallel"] = stated["sequence_parallel"] == "1"
+    if stated["recompute_granularity"]:
+        values["recompute_granularity"] = stated["recompute_granularity"]
+    if stated["zero_stage"]:
+        zero = int(stated["zero_stage"])
+        values["zero_stage"] = zero
+        if zero == 1:
+            values["use_distributed_optimizer"] = True
+        if zero == 3:
+            values["fsdp"] = True
+            defaults.pop("use_distributed_optimizer", None)
+        if zero == 0 and framework == "nemo-megatron":
+            pass  # NeMo's "zero 0" column still uses Megatron's distributed optimizer by default
+    for key, value in defaults.items():
+        if key in values:
+            continue
+        if value == "tp>1":
+            value = tp > 1
+        if key == "expert_tensor_parallel_size" and not model.is_moe:
+            continue
+        values[key] = value
+        used.append(f"{key}={value}")
+    if values.get("fsdp"):
+        values.pop("use_distributed_optimizer", None)
+    chunks = vpp if vpp > 1 else 1
+    split = _pipeline_split(model, pp, chunks)
+    if split:
+        used.append("pipeline split: " + ", ".join(f"{k}" for k in split))
+    values.update(split)
+    train = TrainingSpec().with_values(**values)
+    return MeasuredRun(
+        id=row["id"],
+        source=row["source"],
+        metric=row["metric"].strip(),
+        value=float(row["value"]),
+        model=model,
+        system=system,
+        train=train,
+        group=(row["model"], row["gpu_preset"], num_gpus),
+        defaults_used=tuple(used),
+    )
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    path = Path(path)
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            missing = [c for c in REQUIRED_COLUMNS if c not in header]
+            if missing:
+                raise ConfigError(f"{path}: missing columns {', '.join(missing)}")
+            return list(reader)
+    except FileNotFoundError:
+        raise ConfigError(f"data file not found: {path}") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ConfigError(f"{path}: not a readable CSV ({exc})") from None

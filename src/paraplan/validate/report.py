@@ -1,0 +1,164 @@
+"""Project every measured run and score the errors: per row, per source, source-balanced, ranking."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from paraplan.errors import ConfigError
+from paraplan.projection import ProjectionOptions, project_specs
+from paraplan.result import Projection
+from paraplan.validate.measured import MeasuredRun, run_from_row
+
+Projector = Callable[[MeasuredRun], Projection]
+
+
+@dataclass(frozen=True)
+class RowResult:
+    id: str
+    source: str
+    metric: str
+    measured: float
+    predicted: float
+    group: tuple[str, str, int]
+    measured_step_s: float
+    predicted_step_s: float
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.measured) / self.measured
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    rows: list[RowResult]
+    skipped: list[tuple[str, str]]
+
+    def per_source(self) -> dict[str, dict[str, float]]:
+        by_source: dict[str, list[float]] = defaultdict(list)
+        for r in self.rows:
+            by_source[r.source].append(abs(r.error_pct))
+        return {s: {"n": len(v), "mape_pct": sum(v) / len(v)} for s, v in sorted(by_source.items())}
+
+    @property
+    def mape_pct(self) -> float:
+        """Source-balanced: the mean of per-source MAPEs (each source weighs the same)."""
+        ps = self.per_source()
+        return sum(v["mape_pct"] for v in ps.values()) / len(ps) if ps else float("nan")
+
+    @property
+    def row_mape_pct(self) -> float:
+        return sum(abs(r.error_pct) for r in self.rows) / len(self.rows) if self.rows else float("nan")
+
+    def kendall_tau(self, source_prefix: str = "") -> float:
+        """Pooled Kendall tau over all pairs inside groups of the same model, GPU and GPU count."""
+        return kendall_within_groups(r for r in self.rows if r.source.startswith(source_prefix))
+
+    def fastest_gap_pct(self, source_prefix: str = "") -> dict[str, float]:
+        """Per group: how much slower (measured) the projected-fastest configuration is than the measured fastest."""
+        groups: dict[tuple, list[RowResult]] = defaultdict(list)
+        for r in self.rows:
+            if r.source.startswith(source_prefix):
+                groups[r.group].append(r)
+        gaps = {}
+        for key, members in groups.items():
+            if len(members) < 2:
+                continue
+            best_measured = min(m.measured_step_s for m in members)
+            picked = min(members, key=lambda m: (m.predicted_step_s, m.id))
+            gaps["/".join(map(str, key))] = 100.0 * (picked.measured_step_s - best_measured) / best_measured
+        return gaps
+
+    def to_dict(self) -> dict:
+        return {
+            "rows": [
+                {
+                    "id": r.id,
+                    "source": r.source,
+                    "metric": r.metric,
+                    "measured": r.measured,
+                    "predicted": r.predicted,
+                    "error_pct": r.error_pct,
+                }
+                for r in self.rows
+            ],
+            "skipped": [{"id": i, "reason": reason} for i, reason in self.skipped],
+            "per_source": self.per_source(),
+            "mape_pct": self.mape_pct,
+            "row_mape_pct": self.row_mape_pct,
+            "kendall_tau": self.kendall_tau(),
+        }
+
+
+def kendall_within_groups(rows: Iterable[RowResult]) -> float:
+    groups: dict[tuple, list[RowResult]] = defaultdict(list)
+    for r in rows:
+        groups[r.group].append(r)
+    concordant = discordant = 0
+    for members in groups.values():
+        for i in range(len(members)):
+            for j in range(i + 1, len(members)):
+                a, b = members[i], members[j]
+                dm = a.measured_step_s - b.measured_step_s
+                dp = a.predicted_step_s - b.predicted_step_s
+                if dm == 0 or dp == 0:
+                    continue
+                if (dm > 0) == (dp > 0):
+                    concordant += 1
+                else:
+                    discordant += 1
+    total = concordant + discordant
+    return (concordant - discordant) / total if total else float("nan")
+
+
+def default_projector(options: ProjectionOptions | None = None) -> Projector:
+    def run(m: MeasuredRun) -> Projection:
+        return project_specs(m.model, m.system, m.train, options)
+
+    return run
+
+
+def step_time_of(metric: str, value: float, run: MeasuredRun) -> float:
+    """Convert a row's metric to seconds per step (the ranking is on step time)."""
+    if metric == "tokens_per_sec_per_gpu":
+        return run.train.gbs * run.train.seq / (value * run.system.num_gpus)
+    return value
+
+
+def validate_rows(
+    rows: list[dict[str, str]], source: str | None = None, projector: Projector | None = None
+) -> ValidationReport:
+    projector = projector or default_projector()
+    results: list[RowResult] = []
+    skipped: list[tuple[str, str]] = []
+    for row in rows:
+        if source and row.get("source") != source:
+            continue
+        try:
+            run = run_from_row(row)
+            if run.metric not in ("step_time_s", "tokens_per_sec_per_gpu", "memory_gib"):
+                raise ConfigError(f"unknown metric '{run.metric}'")
+            proj = projector(run)
+        except ConfigError as exc:
+            skipped.append((row.get("id", "?"), "; ".join(exc.problems)))
+            continue
+        if run.metric == "step_time_s":
+            predicted = proj.step_time_s
+        elif run.metric == "tokens_per_sec_per_gpu":
+            predicted = proj.tokens_per_sec_per_gpu
+        else:
+            predicted = proj.memory.peak_gib
+        results.append(
+            RowResult(
+                id=run.id,
+                source=run.source,
+                metric=run.metric,
+                measured=run.value,
+                predicted=predicted,
+                group=run.group,
+                measured_step_s=step_time_of(run.metric, run.value, run) if run.metric != "memory_gib" else run.value,
+                predicted_step_s=proj.step_time_s if run.metric != "memory_gib" else predicted,
+            )
+        )
+    return ValidationReport(results, skipped)
