@@ -10,11 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from paraplan.cost.block import BlockContext, BlockCost, block_cost
+from paraplan.cost.block import MATMUL_KINDS, BlockContext, BlockCost, block_cost
 from paraplan.cost.calibration import Calibration, calibration_for
 from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
 from paraplan.graph import layers as L
-from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind
+from paraplan.graph.ops import CommAxis, CommKind, Op
 from paraplan.graph.partition import chunks_per_rank, virtual_stages
 from paraplan.memory.model import MemoryResult, rank_memory, state_bytes
 from paraplan.result import Projection
@@ -61,7 +61,8 @@ def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, c
         ops = L.mtp_ops(model, shard, vocab)
     else:
         raise ValueError(kind)
-    return block_cost(ops, recompute, ctx)
+    layer_input = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
+    return block_cost(ops, recompute, ctx, layer_input)
 
 
 _CTX_REGISTRY: dict[tuple, BlockContext] = {}
@@ -146,7 +147,7 @@ def project_specs(
             b += cost.backward_input_s * count
             w += cost.backward_weight_s * count
             recompute += cost.recompute_s * count
-            saved += (cost.saved_bytes + (layer_input_bytes if mode == "full" else 0.0)) * count
+            saved += cost.saved_bytes * count
             _add(comm_total, cost.comm_total_s, count)
             _add(comm_exposed, cost.comm_exposed_s, count)
             dense_p += cost.dense_params * count
@@ -246,16 +247,15 @@ def model_flops_per_sequence(model: ModelSpec, seq: int, attention_backend: str 
         flash=attention_backend == "flash",
     )
     per_kind = {
-        moe: sum(op.flops for op in L.decoder_layer_ops(model, shard, moe) if op.kind is not OpKind.COMM)
+        moe: sum(op.flops for op in L.decoder_layer_ops(model, shard, moe) if op.kind in MATMUL_KINDS)
         for moe in {model.is_moe_layer(i) for i in range(model.num_layers)}
     }
     total = sum(per_kind[model.is_moe_layer(i)] for i in range(model.num_layers))
     vocab = L.padded_vocab(model, 1)
-    total += sum(op.flops for op in L.head_ops(model, shard, vocab) if op.kind is OpKind.GEMM)
+    total += sum(op.flops for op in L.head_ops(model, shard, vocab) if op.kind in MATMUL_KINDS)
     if model.mtp_num_layers:
-        total += model.mtp_num_layers * sum(
-            op.flops for op in L.mtp_ops(model, shard, vocab) if op.kind is OpKind.GEMM or op.kind is OpKind.ATTENTION
-        )
+        mtp = sum(op.flops for op in L.mtp_ops(model, shard, vocab) if op.kind in MATMUL_KINDS)
+        total += model.mtp_num_layers * mtp
     return 3.0 * total
 
 

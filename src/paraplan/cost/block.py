@@ -14,6 +14,7 @@ from paraplan.cost.comm import GroupPlacement, collective_time_s
 from paraplan.cost.compute import compute_time_s
 from paraplan.graph.backward import backward_ops
 from paraplan.graph.ops import CommAxis, Op, OpKind, Phase
+from paraplan.memory.activations import recomputed_ops, saved_bytes
 from paraplan.specs.system import SystemSpec
 
 COMM_LABEL = {
@@ -25,6 +26,7 @@ COMM_LABEL = {
     CommAxis.DP: "dp",
 }
 WEIGHT_PARAMS_EXEMPT = frozenset({"attn_scores", "attn_context"})
+MATMUL_KINDS = (OpKind.GEMM, OpKind.ATTENTION)  # FLOP accounting counts matmuls only (Megatron convention)
 
 OpTimer = Callable[[Op], tuple[float, str]]
 """Returns (seconds, source) for a compute op: source is "analytic" or the profile regressor's name."""
@@ -103,8 +105,9 @@ def _phase_times(
     return compute, totals, exposed, attention, profiled
 
 
-def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext) -> BlockCost:
-    """`recompute`: "none", "selective" (ops tagged selective are recomputed) or "full"."""
+def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_input_bytes: float = 0.0) -> BlockCost:
+    """`recompute`: "none", "selective" (ops tagged selective are recomputed) or "full" (only the block
+    input, `layer_input_bytes`, is kept)."""
     backward = [b for op in forward for b in backward_ops(op)]
     b_ops = [op for op in backward if op.phase is Phase.BACKWARD_INPUT]
     w_ops = [op for op in backward if op.phase is Phase.BACKWARD_WEIGHT]
@@ -112,15 +115,8 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext) -> Bloc
     b_compute, b_tot, b_exp, _, b_prof = _phase_times(b_ops, ctx)
     w_compute, _, _, _, w_prof = _phase_times(w_ops, ctx)
     full_saved = sum(op.saved_bytes for op in forward)
-    if recompute == "full":
-        redo = list(forward)
-        saved = 0.0  # the block input is accounted by the caller (one tensor per layer)
-    elif recompute == "selective":
-        redo = [op for op in forward if "selective" in op.tags]
-        saved = full_saved - sum(op.saved_bytes for op in redo)
-    else:
-        redo = []
-        saved = full_saved
+    redo = recomputed_ops(forward, recompute)
+    saved = saved_bytes(forward, recompute, layer_input_bytes)
     r_compute, r_tot, r_exp, _, _ = _phase_times(redo, ctx) if redo else (0.0, {}, {}, 0.0, 0.0)
     comm_total = dict(f_tot)
     comm_exposed = dict(f_exp)
@@ -144,8 +140,8 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext) -> Bloc
         comm_exposed_s=comm_exposed,
         saved_bytes=saved,
         full_saved_bytes=full_saved,
-        forward_flops=sum(op.flops for op in forward if op.kind is not OpKind.COMM),
-        recompute_flops=sum(op.flops for op in redo if op.kind is not OpKind.COMM),
+        forward_flops=sum(op.flops for op in forward if op.kind in MATMUL_KINDS),
+        recompute_flops=sum(op.flops for op in redo if op.kind in MATMUL_KINDS),
         dense_params=dense_params,
         expert_params=expert_params,
         profiled_s=f_prof + b_prof + w_prof,

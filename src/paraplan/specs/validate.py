@@ -41,8 +41,8 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"GPU count {system.num_gpus} is not divisible by tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp}")
     if model.num_attention_heads % tp:
         p.append(f"attention heads {model.num_attention_heads} must be divisible by tp {tp}")
-    if not model.is_mla and model.kv_groups % tp and tp % model.kv_groups:
-        p.append(f"KV groups {model.kv_groups} and tp {tp}: one must divide the other")
+    if not model.is_mla and model.kv_groups % tp:
+        p.append(f"KV groups {model.kv_groups} must be divisible by tp {tp} (Megatron splits query groups over TP)")
     if train.sequence_parallel and tp == 1:
         p.append("sequence parallelism needs tp > 1 (got tp=1)")
     if train.seq % (2 * cp) and cp > 1:

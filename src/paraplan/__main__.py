@@ -1,0 +1,3 @@
+from paraplan.cli.main import run
+
+run()

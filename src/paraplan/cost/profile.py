@@ -1,0 +1,499 @@
+"""Fitted performance profiles: a versioned JSON format and its evaluation (numpy only, no pickle).
+
+A profile holds regressors fitted on measured operator and collective timings of one GPU
+(`paraplan fit`, see `paraplan.measure.fit`). When a profile covers an operator, the core uses it in
+place of the analytic estimate (DESIGN.md section 4, "Fitted profiles").
+
+Regressors and their raw features (all strictly positive; the models work on their logarithms):
+
+| regressor                         | features                         | the core's input                         |
+|-----------------------------------|----------------------------------|------------------------------------------|
+| `gemm.fwd`, `gemm.bwd`            | m, n, k                          | `Op.gemm` (forward shape [m,k] x [k,n])  |
+| `attention.fwd`, `attention.bwd`  | batch, heads, seq, head_dim      | `Op.attention` (causal, flash)           |
+| `<elementwise>.fwd`, `.bwd`       | bytes                            | `Op.bytes_moved` (convention below)      |
+| `optimizer`                       | params                           | parameters on the rank                   |
+| `<collective>.<nodes>x<gpn>`      | bytes                            | `CommShape.bytes` (see `collective_time_s`) |
+
+`gemm.bwd` is the time of both backward GEMMs (input and weight gradient) of the forward shape;
+`attention.bwd` and `<elementwise>.bwd` the whole backward of the op.
+
+Elementwise byte convention. The memory-bound regressors are fitted on the bytes of activation traffic
+of one call in that phase: `bytes_moved = passes x elements x bytes_per_element`, with `elements` the
+size of the op's main tensor and `passes` from `ELEMENTWISE_TRAFFIC_PASSES` (reads + writes of that
+tensor; weights ignored). The core must fill `Op.bytes_moved` the same way for the profile to apply.
+
+File format (`format_version` 1), one JSON object:
+```
+{"format": "paraplan-profile", "format_version": 1,
+ "gpu": "NVIDIAA100-SXM4-80GB", "source": "...", "precision": "fp16", "created_utc": "...",
+ "provenance": {...free-form: source files, outlier rule, fit rule, dropped rows, notes...},
+ "regressors": {"gemm.fwd": {
+     "kind": "gemm", "direction": "fwd", "features": ["m", "n", "k"],
+     "feature_min": [...], "feature_max": [...],          # raw units, over the fitted samples
+     "cv_mape": 0.03, "n_samples": 8000, "notes": {...},
+     "model": {"family": "gbm" | "forest" | "physical",
+               "inputs": [[1, 0, 0], ...],                # z = inputs @ log(x)
+               "trees": {"depth": d, "init": y0,           # gbm / forest: y = init + sum of leaves
+                         "feature": [[...]], "threshold": [[...]], "leaf": [[...]]},
+               "poly": {"powers": [[...]], "coef": [...]}}  # physical: y = sum coef * prod z**powers
+ }, ...}}
+```
+`y` is log(time in microseconds). Trees are complete binary trees in heap order (children of node i are
+2i+1 and 2i+2); `feature` -1 means "always go left"; a sample goes right when z[feature] > threshold.
+
+Out-of-range rule: a regressor answers None when any feature lies outside [min/2, 2*max] of the samples
+it was fitted on; the core then uses its analytic model. Collectives are fitted per topology (nodes x
+GPUs per node) and answer None for any topology that was not measured (no extrapolation).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from paraplan.graph.ops import CommKind, CommShape, Op, OpKind, Phase
+
+PROFILE_FORMAT = "paraplan-profile"
+PROFILE_FORMAT_VERSION = 1
+OUT_OF_RANGE_FACTOR = 2.0  # a feature outside [min / 2, max * 2] of the fitted samples -> None
+SIGNIFICANT_DIGITS = 7  # numbers are stored rounded: keeps files small, far below measurement noise
+
+MODEL_FAMILIES = ("gbm", "forest", "physical")
+
+# Reads plus writes of the op's main tensor, per phase (forward, backward). `elements` is the main tensor:
+# norms, residual, embedding output: tokens x hidden; activation: tokens x FFN/tp (input of gelu/swiglu);
+# rotary: tokens x heads/tp x head_dim (one of q or k); softmax: batch x heads/tp x seq x seq;
+# cross-entropy: tokens x vocab/tp (logits).
+ELEMENTWISE_TRAFFIC_PASSES: dict[str, tuple[int, int]] = {
+    "layernorm": (2, 3),  # fwd: read x, write y; bwd: read x and dy, write dx
+    "rmsnorm": (2, 3),
+    "gelu": (2, 3),  # fwd: read x, write y; bwd: read x and dy, write dx
+    "residual": (3, 3),  # fwd: read a and b, write a + b; bwd measured as the forward (sample convention)
+    "rotary": (2, 2),
+    "softmax": (2, 3),  # bwd: read y and dy, write dx
+    "embedding": (2, 2),  # fwd: gather rows, write output; bwd: read dy, scatter-add rows
+    "cross_entropy": (1, 2),  # fwd: read logits; bwd: read softmax, write dlogits
+}
+
+# Op names the core uses for memory-bound ops -> elementwise regressor. Matched on the whole name, then on
+# its "_"-separated suffixes ("final_rmsnorm" -> "rmsnorm"). SwiGLU/GeGLU/squared-ReLU are memory-bound
+# activations like GELU and are costed by the GELU regressor on their own bytes.
+ELEMENTWISE_ALIASES: dict[str, str] = {
+    "layernorm": "layernorm",
+    "norm": "layernorm",
+    "rmsnorm": "rmsnorm",
+    "gelu": "gelu",
+    "swiglu": "gelu",
+    "geglu": "gelu",
+    "squared_relu": "gelu",
+    "rotary": "rotary",
+    "rope": "rotary",
+    "residual": "residual",
+    "res_add": "residual",
+    "softmax": "softmax",
+    "cross_entropy": "cross_entropy",
+    "embedding": "embedding",
+}
+
+# Precisions whose kernels run at the same rate share a class: A100/H100 tensor cores run fp16 and bf16
+# at the same peak (NVIDIA A100 and H100 datasheets).
+PRECISION_CLASS: dict[str, str] = {"fp16": "half", "bf16": "half", "fp32": "fp32", "tf32": "tf32", "fp8": "fp8"}
+
+# Collective regressor name prefix per CommKind. Reduce-scatter falls back to all-gather: ring
+# reduce-scatter and ring all-gather move the same (n-1)/n of the buffer per rank (nccl-tests,
+# doc/PERFORMANCE.md, "bus bandwidth").
+COLLECTIVE_NAMES: dict[CommKind, str] = {
+    CommKind.ALL_REDUCE: "all_reduce",
+    CommKind.ALL_GATHER: "all_gather",
+    CommKind.REDUCE_SCATTER: "reduce_scatter",
+    CommKind.ALL_TO_ALL: "all_to_all",
+    CommKind.SEND_RECV: "send_recv",
+}
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be read: wrong format, version or content."""
+
+
+def _rounded(values: np.ndarray | Sequence[float]) -> list[Any]:
+    array = np.asarray(values, dtype=float)
+    if array.ndim > 1:
+        return [_rounded(row) for row in array]
+    return [float(f"{v:.{SIGNIFICANT_DIGITS}g}") for v in array]
+
+
+@dataclass(frozen=True, eq=False)
+class TreeEnsemble:
+    """Sum of complete binary regression trees (gradient boosting, or a forest with leaves pre-divided)."""
+
+    depth: int
+    init: float
+    feature: np.ndarray  # int [trees, 2**depth - 1]; -1 = always left
+    threshold: np.ndarray  # float [trees, 2**depth - 1]
+    leaf: np.ndarray  # float [trees, 2**depth]
+
+    def predict(self, z: np.ndarray) -> np.ndarray:
+        """z: [samples, inputs] -> [samples]."""
+        n_samples, n_trees = z.shape[0], self.feature.shape[0]
+        node = np.zeros((n_samples, n_trees), dtype=np.int64)
+        trees = np.arange(n_trees)[None, :]
+        rows = np.arange(n_samples)[:, None]
+        for _ in range(self.depth):
+            feature = self.feature[trees, node]
+            value = z[rows, np.maximum(feature, 0)]
+            go_right = (feature >= 0) & (value > self.threshold[trees, node])
+            node = 2 * node + 1 + go_right
+        leaf_index = node - (2**self.depth - 1)
+        return self.init + self.leaf[trees, leaf_index].sum(axis=1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "depth": self.depth,
+            "init": _rounded([self.init])[0],
+            "feature": self.feature.astype(int).tolist(),
+            "threshold": _rounded(self.threshold),
+            "leaf": _rounded(self.leaf),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TreeEnsemble:
+        depth = int(data["depth"])
+        feature = np.asarray(data["feature"], dtype=np.int64).reshape(-1, 2**depth - 1)
+        threshold = np.asarray(data["threshold"], dtype=float).reshape(feature.shape)
+        leaf = np.asarray(data["leaf"], dtype=float).reshape(-1, 2**depth)
+        if leaf.shape[0] != feature.shape[0]:
+            raise ProfileError("tree arrays disagree on the number of trees")
+        return cls(depth=depth, init=float(data["init"]), feature=feature, threshold=threshold, leaf=leaf)
+
+
+@dataclass(frozen=True, eq=False)
+class LogPolynomial:
+    """y = sum_t coef[t] * prod_j z[j] ** powers[t, j]: a polynomial in log features."""
+
+    powers: np.ndarray  # int [terms, inputs]
+    coef: np.ndarray  # [terms]
+
+    def predict(self, z: np.ndarray) -> np.ndarray:
+        terms = np.prod(z[:, None, :] ** self.powers[None, :, :], axis=2)
+        return terms @ self.coef
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"powers": self.powers.astype(int).tolist(), "coef": _rounded(self.coef)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LogPolynomial:
+        powers = np.asarray(data["powers"], dtype=np.int64)
+        coef = np.asarray(data["coef"], dtype=float)
+        if powers.ndim != 2 or powers.shape[0] != coef.shape[0]:
+            raise ProfileError("polynomial powers and coefficients disagree")
+        return cls(powers=powers, coef=coef)
+
+
+@dataclass(frozen=True, eq=False)
+class LogModel:
+    """log(time_us) = body(inputs @ log(features))."""
+
+    family: str
+    inputs: np.ndarray  # [inputs, features] exponents
+    body: TreeEnsemble | LogPolynomial
+
+    def predict_log_us(self, features: np.ndarray) -> np.ndarray:
+        z = np.log(np.asarray(features, dtype=float)) @ self.inputs.T
+        return self.body.predict(z)
+
+    def to_dict(self) -> dict[str, Any]:
+        key = "poly" if isinstance(self.body, LogPolynomial) else "trees"
+        return {"family": self.family, "inputs": self.inputs.tolist(), key: self.body.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LogModel:
+        family = data.get("family")
+        if family not in MODEL_FAMILIES:
+            raise ProfileError(f"unknown model family {family!r}")
+        body: TreeEnsemble | LogPolynomial
+        body = LogPolynomial.from_dict(data["poly"]) if "poly" in data else TreeEnsemble.from_dict(data["trees"])
+        return cls(family=family, inputs=np.asarray(data["inputs"], dtype=float), body=body)
+
+
+@dataclass(frozen=True, eq=False)
+class Regressor:
+    """One fitted regressor: raw features -> time, valid inside the sampled range."""
+
+    name: str
+    kind: str  # "gemm" | "attention" | "elementwise" | "optimizer" | "collective"
+    direction: str  # "fwd" | "bwd" | "step"
+    features: tuple[str, ...]
+    feature_min: tuple[float, ...]
+    feature_max: tuple[float, ...]
+    model: LogModel
+    cv_mape: float | None = None  # cross-validated mean absolute percentage error, as a fraction
+    n_samples: int = 0
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+    def in_range(self, x: Sequence[float]) -> bool:
+        return all(
+            v > 0 and lo / OUT_OF_RANGE_FACTOR <= v <= hi * OUT_OF_RANGE_FACTOR
+            for v, lo, hi in zip(x, self.feature_min, self.feature_max, strict=True)
+        )
+
+    def predict_us(self, features: np.ndarray) -> np.ndarray:
+        """Batch prediction in microseconds, without the range check. features: [samples, features]."""
+        return np.exp(self.model.predict_log_us(np.atleast_2d(features)))
+
+    def time_us(self, x: Sequence[float]) -> float | None:
+        if not self.in_range(x):
+            return None
+        return float(self.predict_us(np.asarray([x], dtype=float))[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "direction": self.direction,
+            "features": list(self.features),
+            "feature_min": _rounded(self.feature_min),
+            "feature_max": _rounded(self.feature_max),
+            "cv_mape": None if self.cv_mape is None else round(self.cv_mape, 5),
+            "n_samples": self.n_samples,
+            "notes": dict(self.notes),
+            "model": self.model.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, name: str, data: Mapping[str, Any]) -> Regressor:
+        features = tuple(str(f) for f in data["features"])
+        feature_min = tuple(float(v) for v in data["feature_min"])
+        feature_max = tuple(float(v) for v in data["feature_max"])
+        model = LogModel.from_dict(data["model"])
+        if not (len(features) == len(feature_min) == len(feature_max) == model.inputs.shape[1]):
+            raise ProfileError(f"regressor {name!r}: feature lists disagree")
+        cv_mape = data.get("cv_mape")
+        return cls(
+            name=name,
+            kind=str(data["kind"]),
+            direction=str(data["direction"]),
+            features=features,
+            feature_min=feature_min,
+            feature_max=feature_max,
+            model=model,
+            cv_mape=None if cv_mape is None else float(cv_mape),
+            n_samples=int(data.get("n_samples", 0)),
+            notes=dict(data.get("notes", {})),
+        )
+
+
+def collective_regressor_name(kind: str, nodes: int, gpus_per_node: int) -> str:
+    return f"{kind}.{nodes}x{gpus_per_node}"
+
+
+def elementwise_regressor(op_name: str) -> str | None:
+    """The elementwise regressor base name for an op name, or None ("final_rmsnorm" -> "rmsnorm")."""
+    name = op_name.lower()
+    parts = re.split(r"[_.\-]", name)
+    candidates = [name] + ["_".join(parts[i:]) for i in range(1, len(parts))]
+    for candidate in candidates:
+        if candidate in ELEMENTWISE_ALIASES:
+            return ELEMENTWISE_ALIASES[candidate]
+    return None
+
+
+class Profile:
+    """A set of fitted regressors for one GPU, and the mapping from the core's operators onto them."""
+
+    def __init__(
+        self,
+        gpu: str,
+        source: str,
+        precision: str,
+        regressors: Mapping[str, Regressor],
+        created_utc: str = "",
+        provenance: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.gpu = gpu
+        self.source = source
+        self.precision = precision
+        self.regressors: dict[str, Regressor] = dict(regressors)
+        self.created_utc = created_utc
+        self.provenance: dict[str, Any] = dict(provenance or {})
+        self._cache: dict[tuple[str, tuple[float, ...]], float | None] = {}
+
+    # ---- file format -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PROFILE_FORMAT,
+            "format_version": PROFILE_FORMAT_VERSION,
+            "gpu": self.gpu,
+            "source": self.source,
+            "precision": self.precision,
+            "created_utc": self.created_utc,
+            "provenance": self.provenance,
+            "regressors": {name: r.to_dict() for name, r in sorted(self.regressors.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Profile:
+        if not isinstance(data, Mapping) or data.get("format") != PROFILE_FORMAT:
+            raise ProfileError(f"not a paraplan profile (expected \"format\": \"{PROFILE_FORMAT}\")")
+        version = data.get("format_version")
+        if version != PROFILE_FORMAT_VERSION:
+            raise ProfileError(f"profile format_version {version!r}; this paraplan reads {PROFILE_FORMAT_VERSION}")
+        try:
+            regressors = {name: Regressor.from_dict(name, r) for name, r in data["regressors"].items()}
+            return cls(
+                gpu=str(data["gpu"]),
+                source=str(data.get("source", "")),
+                precision=str(data.get("precision", "fp16")),
+                regressors=regressors,
+                created_utc=str(data.get("created_utc", "")),
+                provenance=data.get("provenance", {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ProfileError):
+                raise
+            raise ProfileError(f"malformed profile: {exc!r}") from exc
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from exc
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ProfileError(f"profile {path} is not valid JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+    def save(self, path: str | Path) -> None:
+        text = json.dumps(self.to_dict(), separators=(",", ":"))
+        Path(path).write_text(text + "\n", encoding="utf-8")
+
+    # ---- evaluation --------------------------------------------------------------------------------
+    def _time_us(self, name: str, x: tuple[float, ...]) -> float | None:
+        key = (name, x)
+        if key not in self._cache:
+            regressor = self.regressors.get(name)
+            self._cache[key] = None if regressor is None else regressor.time_us(x)
+            if len(self._cache) > 200_000:  # bound the memo; results are pure functions of the key
+                self._cache.clear()
+        return self._cache[key]
+
+    def _precision_matches(self, precision: str) -> bool:
+        ours = PRECISION_CLASS.get(self.precision.lower(), self.precision.lower())
+        return PRECISION_CLASS.get(precision.lower(), precision.lower()) == ours
+
+    def _resolve(self, op: Op) -> tuple[str, float] | None:
+        """(regressor name, seconds) for an op, or None when the profile does not cover it."""
+        if op.kind == OpKind.COMM or not self._precision_matches(op.precision):
+            return None
+        direction = "fwd" if op.phase == Phase.FORWARD else "bwd"
+        if op.kind == OpKind.GEMM and op.gemm is not None:
+            return self._gemm(op, direction)
+        if op.kind == OpKind.ATTENTION and op.attention is not None:
+            shape = op.attention
+            if not shape.causal:
+                return None  # the samples are causal; non-causal does twice the work per token pair
+            seq = math.sqrt(shape.seq_q * shape.seq_kv)  # same causal work as seq_q x seq_kv
+            head_dim = (shape.head_dim_qk + shape.head_dim_v) / 2
+            name = f"attention.{direction}"
+            t_us = self._time_us(name, (float(shape.batch), float(shape.heads), seq, head_dim))
+            if t_us is None:
+                return None
+            # Attention has no weights: its whole backward is B (input gradient), W is empty.
+            return name, 0.0 if op.phase == Phase.BACKWARD_WEIGHT else t_us * 1e-6
+        if op.kind == OpKind.ELEMENTWISE:
+            base = elementwise_regressor(op.name)
+            if base is None or op.bytes_moved <= 0:
+                return None
+            name = f"{base}.{direction}"
+            t_us = self._time_us(name, (float(op.bytes_moved),))
+            if t_us is None:
+                return None
+            # The samples time the whole backward of a norm (dx and dgamma) as one call: it is all B.
+            return name, 0.0 if op.phase == Phase.BACKWARD_WEIGHT else t_us * 1e-6
+        return None
+
+    def _gemm(self, op: Op, direction: str) -> tuple[str, float] | None:
+        assert op.gemm is not None
+        m, n, k, count = float(op.gemm.m), float(op.gemm.n), float(op.gemm.k), op.gemm.count
+        name = f"gemm.{direction}"
+        t_us = self._time_us(name, (m, n, k))
+        if t_us is None:
+            return None
+        if op.phase != Phase.FORWARD:
+            # gemm.bwd is dX and dW together. Split it by the forward regressor's estimate of each:
+            # dX[m,k] = dY[m,n] W^T -> (m, k, n); dW[k,n] = X^T dY -> (k, n, m). Equal FLOPs, so 50/50
+            # when either shape is outside the sampled range.
+            t_input = self._time_us("gemm.fwd", (m, k, n))
+            t_weight = self._time_us("gemm.fwd", (k, n, m))
+            share_input = 0.5 if t_input is None or t_weight is None else t_input / (t_input + t_weight)
+            t_us *= share_input if op.phase == Phase.BACKWARD_INPUT else 1.0 - share_input
+        return name, count * t_us * 1e-6
+
+    def op_time_s(self, op: Op) -> float | None:
+        """Seconds for one op on one GPU, or None when not covered or outside the sampled range."""
+        resolved = self._resolve(op)
+        return None if resolved is None else resolved[1]
+
+    def covers(self, op: Op) -> str | None:
+        """The regressor `op_time_s` uses for this op (for the breakdown's source column), or None."""
+        resolved = self._resolve(op)
+        return None if resolved is None else resolved[0]
+
+    def collective_time_s(self, comm: CommShape, nodes: int, gpus_per_node: int) -> float | None:
+        """Seconds for one collective on a group spread over `nodes` x `gpus_per_node` GPUs.
+
+        Fitted per measured topology only: another topology returns None (the core's alpha-beta model
+        applies). Features: all-reduce and send/recv use `comm.bytes`; all-gather (and reduce-scatter,
+        costed as all-gather) use the per-rank shard `comm.bytes / group_size`, the measured quantity.
+        """
+        kind = COLLECTIVE_NAMES.get(comm.kind)
+        if kind is None or comm.bytes <= 0:
+            return None
+        if comm.kind != CommKind.SEND_RECV and comm.group_size != nodes * gpus_per_node:
+            return None
+        name = collective_regressor_name(kind, nodes, gpus_per_node)
+        if comm.kind == CommKind.REDUCE_SCATTER and name not in self.regressors:
+            name = collective_regressor_name("all_gather", nodes, gpus_per_node)
+        per_rank = comm.kind in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER)
+        message_bytes = comm.bytes / comm.group_size if per_rank else comm.bytes
+        t_us = self._time_us(name, (float(message_bytes),))
+        return None if t_us is None else t_us * 1e-6
+
+    def optimizer_time_s(self, params_on_rank: int) -> float | None:
+        """Seconds for one optimizer (Adam) step over `params_on_rank` parameters, or None."""
+        if params_on_rank <= 0:
+            return None
+        t_us = self._time_us("optimizer", (float(params_on_rank),))
+        return None if t_us is None else t_us * 1e-6
+
+    def __repr__(self) -> str:
+        return f"Profile(gpu={self.gpu!r}, regressors={len(self.regressors)}, source={self.source!r})"
+
+
+# Shipped profiles (package data under paraplan/cost/profiles), by GPU preset name.
+SHIPPED_PROFILES: dict[str, str] = {
+    "a100-sxm4-80gb": "a100-sxm4-80gb.json",
+    "a100-80gb": "a100-sxm4-80gb.json",
+    "gh200": "gh200.json",
+}
+
+
+@lru_cache(maxsize=None)
+def shipped_profile(gpu_preset: str) -> Profile | None:
+    """The profile shipped with paraplan for a GPU preset ("a100-sxm4-80gb", "gh200"), or None."""
+    file_name = SHIPPED_PROFILES.get(gpu_preset.lower())
+    if file_name is None:
+        return None
+    resource = resources.files("paraplan.cost").joinpath("profiles", file_name)
+    if not resource.is_file():
+        return None
+    return Profile.from_dict(json.loads(resource.read_text(encoding="utf-8")))

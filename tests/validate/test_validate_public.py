@@ -1,0 +1,65 @@
+"""Validation against the measured runs: coverage, JSON shape and the first accuracy milestone."""
+
+import csv
+import json
+
+from typer.testing import CliRunner
+
+from paraplan.cli.main import app
+from paraplan.validate.measured import read_rows
+from paraplan.validate.report import validate_rows
+
+runner = CliRunner()
+
+
+def test_every_complete_row_is_projected_or_listed(public_csv) -> None:
+    rows = read_rows(public_csv)
+    report = validate_rows(rows)
+    assert len(report.rows) + len(report.skipped) == len(rows)
+    complete = [r["id"] for r in rows if r["complete"] == "1"]
+    projected = {r.id for r in report.rows}
+    skipped = dict(report.skipped)
+    for row_id in complete:
+        assert row_id in projected or skipped[row_id]
+
+
+def test_json_shape(public_csv) -> None:
+    result = runner.invoke(app, ["validate", "--data", str(public_csv), "--source", "Korthikanti2022_Table5", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert set(out) >= {"rows", "skipped", "per_source", "mape_pct", "kendall_tau"}
+    row = out["rows"][0]
+    assert set(row) >= {"id", "source", "metric", "measured", "predicted", "error_pct"}
+    assert row["error_pct"] == 100 * (row["predicted"] - row["measured"]) / row["measured"]
+    assert list(out["per_source"]) == ["Korthikanti2022_Table5"]
+
+
+def test_source_balanced_mape_first_milestone(public_csv) -> None:
+    report = validate_rows(read_rows(public_csv))
+    per_source = report.per_source()
+    print({k: round(v["mape_pct"], 1) for k, v in per_source.items()}, round(report.mape_pct, 2))
+    assert report.mape_pct <= 15.0
+
+
+def test_error_is_signed_and_scored_per_source(tmp_path) -> None:
+    header = ["id", "source", "model", "arch", "num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",
+              "seq_len", "gpu_preset", "num_gpus", "gpus_per_node", "tp", "pp", "vpp", "cp", "dp", "sp", "mbs", "gbs",
+              "precision", "recompute", "zero", "framework", "metric", "value", "complete"]  # fmt: skip
+    base = dict(arch="gpt", num_layers="12", hidden="1024", ffn_hidden="4096", num_heads="16", num_kv_heads="16",
+                vocab="51200", seq_len="1024", gpu_preset="a100-sxm4-80gb", num_gpus="8", gpus_per_node="8", tp="1",
+                pp="1", vpp="1", cp="1", dp="8", sp="0", mbs="4", gbs="64", precision="fp16", recompute="none",
+                zero="0", framework="megatron-lm", metric="step_time_s", complete="1", model="m")  # fmt: skip
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, header)
+        w.writeheader()
+        w.writerow({**base, "id": "a", "source": "S1", "value": "1.0"})
+        w.writerow({**base, "id": "b", "source": "S2", "value": "2.0"})
+        w.writerow({**base, "id": "c", "source": "S2", "value": "2.0", "complete": "0"})
+    report = validate_rows(read_rows(path))
+    predicted = report.rows[0].predicted
+    assert report.rows[0].error_pct == 100 * (predicted - 1.0)
+    s1 = abs(100 * (predicted - 1.0))
+    s2 = abs(100 * (predicted - 2.0) / 2.0)
+    assert abs(report.mape_pct - (s1 + s2) / 2) < 1e-9
+    assert report.skipped and report.skipped[0][0] == "c"
