@@ -130,7 +130,7 @@ def project_specs(
         f = b = w = recompute = saved = dense_p = expert_p = 0.0
         comm_total: dict[str, float] = {}
         comm_exposed: dict[str, float] = {}
-        stage_flops = stage_recompute_flops = profiled = 0.0
+        stage_flops = stage_recompute_flops = profiled = host = 0.0
         parts: list[tuple[str, str, int]] = []
         for i in range(stage.num_layers):
             layer = stage.first_layer + i
@@ -155,6 +155,7 @@ def project_specs(
             stage_flops += cost.forward_flops * count
             stage_recompute_flops += cost.recompute_flops * count
             profiled += cost.profiled_s * count
+            host += cost.host_bound_s * count
             if kind in ("dense", "moe"):
                 max_layer_params = max(max_layer_params, cost.dense_params + cost.expert_params)
                 if mode == "full":
@@ -163,7 +164,8 @@ def project_specs(
         rank_expert_params[rank] += expert_p
         flops_model += 3 * stage_flops
         flops_hw += 3 * stage_flops + stage_recompute_flops
-        dp_grad, dp_gather, fsdp_gather, fsdp_rs = _dp_times(dense_p, expert_p, train, system, cal, ctx.groups)
+        units = max(1, stage.num_layers) * (FSDP_TENSORS_PER_LAYER.get(train.framework, 1))
+        dp_grad, dp_gather, fsdp_gather, fsdp_rs = _dp_times(dense_p, expert_p, train, system, cal, ctx.groups, units)
         grid[rank][chunk] = StageChunk(
             forward_s=f + cal.microbatch_overhead_s / chunks,
             backward_input_s=b,
@@ -177,6 +179,7 @@ def project_specs(
             fsdp_gather_s=fsdp_gather,
             fsdp_reduce_scatter_s=fsdp_rs,
             profiled_s=profiled,
+            host_bound_s=host,
         )
     p2p_bytes = layer_input_bytes
     p2p_s = (
@@ -266,6 +269,12 @@ def stage_rank_chunk(schedule: str, pp: int, chunks: int) -> list[tuple[int, int
     return stage_order(schedule, pp, chunks)
 
 
+# Collectives per layer under FSDP/ZeRO-3: torch FSDP and Megatron FSDP gather one flat unit per layer;
+# DeepSpeed ZeRO-3 (2021, as in Narayanan et al. SC21 Table 2) fetched each parameter tensor on its own
+# (a GPT layer has 12: four weights, four biases, two norms' weight and bias).
+FSDP_TENSORS_PER_LAYER = {"deepspeed": 12}
+
+
 def _dp_times(
     dense_params: float,
     expert_params: float,
@@ -273,8 +282,11 @@ def _dp_times(
     system: SystemSpec,
     cal: Calibration,
     groups: dict[CommAxis, GroupPlacement],
+    fsdp_units: int = 1,
 ) -> tuple[float, float, float, float]:
-    """(grad reduction once per step, param all-gather once per step, FSDP gather per mb, FSDP RS per mb)."""
+    """(grad reduction once per step, param all-gather once per step, FSDP gather per mb, FSDP RS per mb).
+
+    FSDP collectives run once per unit (`fsdp_units` per chunk), each over that unit's share."""
     dp_group = groups[CommAxis.DP]
     edp = expert_dp(train)
     edp_group = place_group(edp, train.etp * train.ep, system.gpus_per_node)
@@ -284,12 +296,13 @@ def _dp_times(
         return collective_time_s(kind, params * nbytes_per, group, system, cal)
 
     if train.shards_params:
-        gather = coll(CommKind.ALL_GATHER, dense_params, 2, dp_group) + coll(
-            CommKind.ALL_GATHER, expert_params, 2, edp_group
-        )
-        rs = coll(CommKind.REDUCE_SCATTER, dense_params, 4, dp_group) + coll(
-            CommKind.REDUCE_SCATTER, expert_params, 4, edp_group
-        )
+        u = fsdp_units
+        gather = u * (coll(CommKind.ALL_GATHER, dense_params / u, 2, dp_group) + coll(
+            CommKind.ALL_GATHER, expert_params / u, 2, edp_group
+        ))
+        rs = u * (coll(CommKind.REDUCE_SCATTER, dense_params / u, 4, dp_group) + coll(
+            CommKind.REDUCE_SCATTER, expert_params / u, 4, edp_group
+        ))
         return 0.0, 0.0, gather, rs
     if train.shards_optimizer:
         grad = coll(CommKind.REDUCE_SCATTER, dense_params, grad_bytes, dp_group) + coll(

@@ -47,7 +47,7 @@ class BlockCost:
     dense_params: int  # parameters on this GPU, replicated over DP
     expert_params: int  # expert parameters on this GPU, replicated over expert DP
     profiled_s: float = 0.0  # time that came from a fitted profile rather than the analytic model
-    sources: dict[str, float] = field(default_factory=dict)
+    host_bound_s: float = 0.0  # time the GPU waits for the host to launch kernels (inside the times above)
 
 
 def weight_params(op: Op) -> int:
@@ -72,37 +72,65 @@ def _comm_time(op: Op, ctx: BlockContext) -> float:
     return collective_time_s(comm.kind, comm.bytes, ctx.groups[comm.axis], ctx.system, ctx.cal)
 
 
-def _phase_times(
-    ops: Sequence[Op], ctx: BlockContext
-) -> tuple[float, dict[str, float], dict[str, float], float, float]:
-    """(compute seconds, comm totals, comm exposed, attention compute seconds, profiled seconds)."""
-    compute = attention = profiled = 0.0
-    totals: dict[str, float] = {}
+@dataclass(slots=True)
+class _PhaseTime:
+    compute_s: float = 0.0  # GPU compute time, host-launch floor included
+    host_bound_s: float = 0.0  # part of compute_s that is the host failing to keep the GPU fed
+    attention_s: float = 0.0
+    profiled_s: float = 0.0
+    comm_total_s: dict[str, float] = field(default_factory=dict)
+    comm_exposed_s: dict[str, float] = field(default_factory=dict)
+
+
+def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> _PhaseTime:
+    """Time of one phase of a block.
+
+    The host launches kernels asynchronously, so a phase takes max(GPU time, ops x host time per op):
+    small kernels make a step launch-bound (PyTorch eager). MoE layers after the token-count
+    device-to-host sync of Megatron's all-to-all dispatcher cannot run ahead: there each op costs
+    max(GPU time, host time).
+    """
+    out = _PhaseTime()
+    gpu = synced = 0.0
+    n_async = 0
     for op in ops:
         if op.kind is OpKind.COMM:
             label = COMM_LABEL[op.comm.axis]
-            totals[label] = totals.get(label, 0.0) + _comm_time(op, ctx)
+            out.comm_total_s[label] = out.comm_total_s.get(label, 0.0) + _comm_time(op, ctx)
+            n_async += 1
             continue
         if ctx.timer is not None:
             seconds, source = ctx.timer(op)
             if source != "analytic":
-                profiled += seconds
+                out.profiled_s += seconds
         else:
             seconds = compute_time_s(op, ctx.system.gpu, ctx.cal)
-        compute += seconds
-        if op.kind is OpKind.ATTENTION or op.name in WEIGHT_PARAMS_EXEMPT:
-            attention += seconds
-    exposed: dict[str, float] = {}
-    for label, total in totals.items():
-        if label == "tp":
-            exposed[label] = total * (ctx.cal.tp_overlap_exposed if ctx.tp_comm_overlap else 1.0)
-        elif label == "cp":  # ring exchange overlapped with the attention blocks it feeds
-            exposed[label] = max(0.0, total - attention)
-        elif label == "ep" and ctx.ep_overlap:  # hidden behind another micro-batch's compute
-            exposed[label] = max(0.0, total - 0.8 * (compute - attention))
+        host_s = host_s_per_op * op.host_ops
+        if "moe" in op.tags:
+            synced += max(seconds, host_s)
+            out.host_bound_s += max(0.0, host_s - seconds)
         else:
-            exposed[label] = total
-    return compute, totals, exposed, attention, profiled
+            gpu += seconds
+            n_async += op.host_ops
+        if op.kind is OpKind.ATTENTION or op.name in WEIGHT_PARAMS_EXEMPT:
+            out.attention_s += seconds
+    for label, total in out.comm_total_s.items():
+        if label == "tp":
+            exposed = total * (ctx.cal.tp_overlap_exposed if ctx.tp_comm_overlap else 1.0)
+        elif label == "cp":  # ring exchange overlapped with the attention blocks it feeds
+            exposed = max(0.0, total - out.attention_s)
+        elif label == "ep" and ctx.ep_overlap:  # hidden behind another micro-batch's compute
+            exposed = max(0.0, total - 0.8 * (gpu + synced - out.attention_s))
+        else:
+            exposed = total
+        out.comm_exposed_s[label] = exposed
+    gpu_busy = gpu + sum(out.comm_exposed_s.values())
+    host_floor = n_async * host_s_per_op
+    if host_floor > gpu_busy:
+        out.host_bound_s += host_floor - gpu_busy
+        gpu += host_floor - gpu_busy
+    out.compute_s = gpu + synced
+    return out
 
 
 def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_input_bytes: float = 0.0) -> BlockCost:
@@ -111,19 +139,21 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
     backward = [b for op in forward for b in backward_ops(op)]
     b_ops = [op for op in backward if op.phase is Phase.BACKWARD_INPUT]
     w_ops = [op for op in backward if op.phase is Phase.BACKWARD_WEIGHT]
-    f_compute, f_tot, f_exp, _, f_prof = _phase_times(forward, ctx)
-    b_compute, b_tot, b_exp, _, b_prof = _phase_times(b_ops, ctx)
-    w_compute, _, _, _, w_prof = _phase_times(w_ops, ctx)
+    host = ctx.cal.host_launch_s
+    fwd = _phase_times(forward, ctx, host)
+    bwd = _phase_times(b_ops, ctx, host * ctx.cal.host_backward_factor)
+    wgt = _phase_times(w_ops, ctx, host * ctx.cal.host_backward_factor)
     full_saved = sum(op.saved_bytes for op in forward)
     redo = recomputed_ops(forward, recompute)
     saved = saved_bytes(forward, recompute, layer_input_bytes)
-    r_compute, r_tot, r_exp, _, _ = _phase_times(redo, ctx) if redo else (0.0, {}, {}, 0.0, 0.0)
-    comm_total = dict(f_tot)
-    comm_exposed = dict(f_exp)
-    for src_tot, src_exp in ((b_tot, b_exp), (r_tot, r_exp)):
-        for label, value in src_tot.items():
+    rec = _phase_times(redo, ctx, host) if redo else _PhaseTime()
+    comm_total: dict[str, float] = {}
+    comm_exposed: dict[str, float] = {}
+    for phase in (fwd, bwd, rec):
+        for label, value in phase.comm_total_s.items():
             comm_total[label] = comm_total.get(label, 0.0) + value
-            comm_exposed[label] = comm_exposed.get(label, 0.0) + src_exp[label]
+            comm_exposed[label] = comm_exposed.get(label, 0.0) + phase.comm_exposed_s[label]
+    recompute_s = rec.compute_s + sum(rec.comm_exposed_s.values())
     dense_params = expert_params = 0
     for op in forward:
         n = weight_params(op)
@@ -132,10 +162,10 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
         else:
             dense_params += n
     return BlockCost(
-        forward_s=f_compute + sum(f_exp.values()),
-        backward_input_s=b_compute + sum(b_exp.values()) + r_compute + sum(r_exp.values()),
-        backward_weight_s=w_compute,
-        recompute_s=r_compute + sum(r_exp.values()),
+        forward_s=fwd.compute_s + sum(fwd.comm_exposed_s.values()),
+        backward_input_s=bwd.compute_s + sum(bwd.comm_exposed_s.values()) + recompute_s,
+        backward_weight_s=wgt.compute_s,
+        recompute_s=recompute_s,
         comm_total_s=comm_total,
         comm_exposed_s=comm_exposed,
         saved_bytes=saved,
@@ -144,5 +174,6 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
         recompute_flops=sum(op.flops for op in redo if op.kind in MATMUL_KINDS),
         dense_params=dense_params,
         expert_params=expert_params,
-        profiled_s=f_prof + b_prof + w_prof,
+        profiled_s=fwd.profiled_s + bwd.profiled_s + wgt.profiled_s,
+        host_bound_s=fwd.host_bound_s + bwd.host_bound_s + wgt.host_bound_s + rec.host_bound_s,
     )

@@ -28,8 +28,16 @@ class Calibration:
     attention_backward_efficiency: float = 0.50
     memory_efficiency: float = 0.80
     """Achievable fraction of HBM bandwidth for streaming kernels (STREAM-like: 80-90%)."""
-    kernel_launch_s: float = 6e-6
-    """Per-kernel floor: launch and tail (PyTorch eager, CUDA graphs off)."""
+    kernel_launch_s: float = 3e-6
+    """Per-kernel GPU-side floor: launch latency and tail (NVIDIA Nsight traces: 2-5 us)."""
+    host_launch_s: float = 15e-6
+    """Host time to issue one forward op in PyTorch eager (framework Python + dispatcher + launch;
+    10-30 us in PyTorch profiler traces of Megatron). Phases with small kernels become host-bound."""
+    host_backward_factor: float = 1.5
+    """Backward ops cost more host time (autograd engine bookkeeping)."""
+    alibi_attention_factor: float = 0.55
+    """Attention with an ALiBi bias runs the Triton flash-attention kernel, which FlashAttention-2 beats
+    by 1.3-2.5x (Dao 2023, figure 4): relative speed ~0.55."""
     scale_up_efficiency: float = 0.75
     """Bus-bandwidth fraction NCCL reaches on NVLink for large messages (NCCL-tests all-reduce on DGX
     A100: ~230 of 300 GB/s)."""
@@ -75,8 +83,25 @@ _GPU_DEFAULTS: dict[str, dict[str, float]] = {
 }
 
 
+FAMILIES = {
+    "volta": ("v100",),
+    "ampere": ("a100",),
+    "hopper": ("h100", "h800", "h200", "gh200"),
+    "blackwell": ("b200", "b300", "gb200", "gb300"),
+    "cdna3": ("mi300", "mi325", "mi355"),
+}
+
+
+def family_of(gpu: str) -> str:
+    for family, prefixes in FAMILIES.items():
+        if gpu.startswith(prefixes):
+            return family
+    return gpu
+
+
 @cache
-def _fitted() -> dict[str, Any]:
+def fitted_table() -> dict[str, Any]:
+    """The shipped fit (calibration.yaml next to this module), or {} when there is none."""
     try:
         text = resources.files("paraplan.cost").joinpath("calibration.yaml").read_text()
     except FileNotFoundError:
@@ -84,14 +109,15 @@ def _fitted() -> dict[str, Any]:
     return yaml.safe_load(text) or {}
 
 
-def calibration_for(gpu: str, framework: str = "") -> Calibration:
-    """Defaults, then per-GPU defaults, then the fitted file's `gpu:` and `framework:` sections."""
+def calibration_for(gpu: str, framework: str = "", table: dict[str, Any] | None = None) -> Calibration:
+    """Defaults, then per-GPU defaults, then the fitted table's family, GPU and framework sections."""
     cal = Calibration().with_values(**_GPU_DEFAULTS.get(gpu, {}))
-    fitted = _fitted()
+    fitted = fitted_table() if table is None else table
     values: dict[str, Any] = {}
     values.update(fitted.get("all", {}) or {})
+    values.update((fitted.get("family", {}) or {}).get(family_of(gpu), {}) or {})
     values.update((fitted.get("gpu", {}) or {}).get(gpu, {}) or {})
     values.update((fitted.get("framework", {}) or {}).get(framework, {}) or {})
     if values:
-        cal = cal.with_values(**values, source=fitted.get("source", "fitted"))
+        cal = cal.with_values(**values, source=str(fitted.get("source", "fitted")))
     return cal

@@ -71,6 +71,8 @@ def collective_time_s(
         return intra + intra_lat
     # across domains: each of the k members carries 1/k of the buffer over its own NIC
     inter = passes * (nodes - 1) / nodes * _bw(nbytes / k, net_bw, net_eff, half / k)
-    steps = min(nodes - 1, 2 * math.ceil(math.log2(nodes)))  # NCCL switches to trees at scale
-    inter_lat = passes * steps * net_lat
+    if kind is CommKind.ALL_REDUCE:  # NCCL switches to (double binary) trees at scale: log latency
+        inter_lat = 2 * min(nodes - 1, 2 * math.ceil(math.log2(nodes))) * net_lat
+    else:  # all-gather and reduce-scatter are rings only: n - 1 steps, each paced by the slowest hop
+        inter_lat = (n - 1) * net_lat
     return intra + intra_lat + inter + inter_lat

@@ -68,6 +68,8 @@ def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     head_factor = min(1.0, (att.head_dim_qk + att.head_dim_v) / 256.0) ** 0.5
     seq_factor = att.seq_kv / (att.seq_kv + _ATTN_SEQ_HALF)
     eff = max(base * head_factor * seq_factor / (4096 / (4096 + _ATTN_SEQ_HALF)), 0.02)
+    if "alibi" in op.tags:
+        eff *= cal.alibi_attention_factor
     peak = gpu.peak_flops("bf16")
     memory_s = op.bytes_moved / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
     return max(flops / (peak * eff), memory_s) + cal.kernel_launch_s

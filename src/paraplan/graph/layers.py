@@ -87,10 +87,13 @@ def _gemm(name: str, m: int, n: int, k: int, shard: Shard, saved: float, count: 
         saved_bytes=saved,
         precision=shard.gemm_precision,
         tags=tags,
+        host_ops=count,  # grouped expert GEMMs are issued one per expert (TE GroupedLinear, cuBLAS loop)
     )
 
 
-def _elementwise(name: str, bytes_moved: float, saved: float = 0.0, flops: float = 0.0, tags=frozenset()) -> Op:
+def _elementwise(
+    name: str, bytes_moved: float, saved: float = 0.0, flops: float = 0.0, tags=frozenset(), host_ops: int = 1
+) -> Op:
     return Op(
         name=name,
         kind=OpKind.ELEMENTWISE,
@@ -100,6 +103,7 @@ def _elementwise(name: str, bytes_moved: float, saved: float = 0.0, flops: float
         saved_bytes=saved,
         precision="bf16",
         tags=tags,
+        host_ops=host_ops,
     )
 
 
@@ -164,6 +168,7 @@ def _core_attention(model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d
                 attention=shape,
                 saved_bytes=float(4 * b * heads * s),  # fp32 log-sum-exp per query row
                 precision="bf16",
+                tags=frozenset({"alibi"}) if model.position == "alibi" else frozenset(),
             )
         ]
     # Unfused (Megatron core attention): baddbmm for scores, fused scale-mask-softmax, dropout, bmm.
@@ -312,8 +317,10 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     ffn_local = model.expert_ffn // shard.etp
     ops = [_norm("mlp_norm", model, shard)]
     ops.append(_gemm("router", own_tokens, model.num_experts, h, shard, saved=ACT_BYTES * own_tokens * h, tags=MOE))
-    ops.append(_elementwise("router_topk", 4 * own_tokens * model.num_experts * 2, tags=MOE))
-    ops.append(_elementwise("permute", 2 * ACT_BYTES * routed_pairs * h, tags=MOE))
+    # Megatron TopKRouter: fp32 softmax, top-k, load-balancing aux loss, z-loss, token histogram and the
+    # device-to-host copy of the counts: about 20 small kernels.
+    ops.append(_elementwise("router_topk", 4 * own_tokens * model.num_experts * 2, tags=MOE, host_ops=20))
+    ops.append(_elementwise("permute", 2 * ACT_BYTES * routed_pairs * h, tags=MOE, host_ops=4))
     dispatch_bytes = ACT_BYTES * routed_pairs * h
     if shard.ep > 1:
         ops.append(_comm("ep_dispatch", CommKind.ALL_TO_ALL, CommAxis.EP, shard.ep, dispatch_bytes, tags=MOE))
@@ -345,7 +352,7 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
         )
     if shard.ep > 1:
         ops.append(_comm("ep_combine", CommKind.ALL_TO_ALL, CommAxis.EP, shard.ep, dispatch_bytes, tags=MOE))
-    ops.append(_elementwise("unpermute", 2 * ACT_BYTES * routed_pairs * h, saved=4 * routed_pairs, tags=MOE))
+    ops.append(_elementwise("unpermute", 2 * ACT_BYTES * routed_pairs * h, saved=4 * routed_pairs, tags=MOE, host_ops=4))
     if model.moe_shared_expert_intermediate_size:
         ops += _tp_enter("tp_ag_shared", shard, h)
         ops += _mlp_body(

@@ -21,6 +21,7 @@ class StageChunk:
     fsdp_gather_s: float  # per micro-batch, before F and again before B
     fsdp_reduce_scatter_s: float  # per micro-batch, after B
     profiled_s: float = 0.0
+    host_bound_s: float = 0.0  # host launch-bound time inside the compute times
 
     @property
     def total_s(self) -> float:
@@ -117,10 +118,12 @@ def play_pipeline(pin: PipelineInput, *, record_events: bool = False) -> Pipelin
     backward = m * sum(c.backward_input_s + c.backward_weight_s for c in row) - recompute
     busy = forward + backward + recompute
     fwd_share = forward / max(busy, 1e-30)
+    host = m * sum(c.host_bound_s for c in row)
     breakdown = {
-        "forward_compute": forward - exposed_inside * fwd_share,
-        "backward_compute": backward - exposed_inside * (1 - fwd_share),
+        "forward_compute": forward - (exposed_inside + host) * fwd_share,
+        "backward_compute": backward - (exposed_inside + host) * (1 - fwd_share),
         "recompute": recompute,
+        "host_launch_bound": host,
     }
     for k, val in comm_exposed.items():
         breakdown[f"{k}_comm_exposed"] = val

@@ -177,6 +177,10 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
         if zero == 3:
             values["fsdp"] = True
             defaults.pop("use_distributed_optimizer", None)
+            if framework == "megatron-lm":
+                # the ZeRO-3 baseline of Megatron-LM papers (SC21 Table 2) is DeepSpeed's ZeRO-3
+                values["framework"] = "deepspeed"
+                used.append("framework=deepspeed (ZeRO-3 runs in Megatron-LM papers use DeepSpeed)")
         if zero == 0 and framework == "nemo-megatron":
             pass  # NeMo's "zero 0" column still uses Megatron's distributed optimizer by default
     for key, value in defaults.items():
