@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "project",
     "catalog",
     "validate",
+    "calibrate",
     "fit",
     "measure",
     "tune",

@@ -19,6 +19,11 @@ def validate(
     as_json: Annotated[bool, typer.Option("--json")] = False,
     report: Annotated[bool, typer.Option("--report", help="print the per-source table as Markdown (README)")] = False,
     show_rows: Annotated[bool, typer.Option("--rows", help="print every row's error")] = False,
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="error analysis: group by gpu, arch, model_family, precision, framework, layout, "
+                     "recompute or sharding"),
+    ] = None,
 ) -> None:
     """Project every complete row and compare with the measured value in the row's own metric."""
     rows = read_rows(data)
@@ -30,6 +35,13 @@ def validate(
         print(markdown_table(result))
         return
     _print(result, show_rows)
+    if by:
+        table = Table(title=f"error by {by}")
+        for col in (by, "rows", "MAPE %", "mean error %"):
+            table.add_column(col)
+        for key, stats in result.mape_by(by).items():
+            table.add_row(key, str(stats["n"]), f"{stats['mape_pct']:.1f}", f"{stats['mean_error_pct']:+.1f}")
+        console.print(table)
 
 
 def markdown_table(result: ValidationReport) -> str:

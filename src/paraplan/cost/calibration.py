@@ -53,7 +53,7 @@ class Calibration:
     step_overhead_s: float = 0.05
     """Per-step framework time outside the pipeline: data loading, logging, grad-norm all-reduce,
     synchronisation."""
-    microbatch_overhead_s: float = 0.0
+    microbatch_overhead_s: float = 2e-4
     """Per-micro-batch framework time (Python, scheduling) on each stage."""
     source: str = "defaults from public microbenchmarks"
 

@@ -24,6 +24,7 @@ class RowResult:
     group: tuple[str, str, int]
     measured_step_s: float
     predicted_step_s: float
+    attrs: tuple[tuple[str, str], ...] = ()  # gpu, arch, precision, framework, layout: for error analysis
 
     @property
     def error_pct(self) -> float:
@@ -69,6 +70,18 @@ class ValidationReport:
             picked = min(members, key=lambda m: (m.predicted_step_s, m.id))
             gaps["/".join(map(str, key))] = 100.0 * (picked.measured_step_s - best_measured) / best_measured
         return gaps
+
+    def mape_by(self, attribute: str) -> dict[str, dict[str, float]]:
+        """MAPE and mean signed error grouped by an attribute (gpu, arch, precision, framework, layout,
+        source): where the model is wrong."""
+        groups: dict[str, list[float]] = defaultdict(list)
+        for r in self.rows:
+            key = r.source if attribute == "source" else dict(r.attrs).get(attribute, "?")
+            groups[key].append(r.error_pct)
+        return {
+            k: {"n": len(v), "mape_pct": sum(map(abs, v)) / len(v), "mean_error_pct": sum(v) / len(v)}
+            for k, v in sorted(groups.items())
+        }
 
     def to_dict(self) -> dict:
         return {
@@ -126,6 +139,21 @@ def step_time_of(metric: str, value: float, run: MeasuredRun) -> float:
     return value
 
 
+def _attributes(run: MeasuredRun) -> tuple[tuple[str, str], ...]:
+    t = run.train
+    layout = "+".join(n for n, v in (("tp", t.tp), ("pp", t.pp), ("cp", t.cp), ("ep", t.ep), ("dp", t.dp)) if v > 1)
+    return (
+        ("gpu", run.system.gpu.name),
+        ("arch", "moe" if run.model.is_moe else ("mla" if run.model.is_mla else "dense")),
+        ("model_family", run.model.activation + "/" + run.model.norm),
+        ("precision", t.precision),
+        ("framework", t.framework),
+        ("layout", layout or "single"),
+        ("recompute", t.recompute_granularity),
+        ("sharding", "fsdp" if t.shards_params else ("distopt" if t.shards_optimizer else "ddp")),
+    )
+
+
 def validate_rows(
     rows: list[dict[str, str]], source: str | None = None, projector: Projector | None = None
 ) -> ValidationReport:
@@ -159,6 +187,7 @@ def validate_rows(
                 group=run.group,
                 measured_step_s=step_time_of(run.metric, run.value, run) if run.metric != "memory_gib" else run.value,
                 predicted_step_s=proj.step_time_s if run.metric != "memory_gib" else predicted,
+                attrs=_attributes(run),
             )
         )
     return ValidationReport(results, skipped)

@@ -1,0 +1,35 @@
+"""Calibration: the fit lowers the training error, and held-out sources are scored without their rows."""
+
+import pytest
+
+from paraplan.cost.calibration import calibration_for, family_of
+from paraplan.validate.calibrate import _projector, fit, subsample
+from paraplan.validate.measured import read_rows
+from paraplan.validate.report import validate_rows
+
+pytest.importorskip("scipy")
+
+
+def test_families() -> None:
+    assert family_of("a100-sxm4-40gb") == "ampere"
+    assert family_of("gb300-nvl72") == "blackwell"
+    assert family_of("h800-sxm5-80gb") == "hopper"
+
+
+def test_table_scopes_override_defaults() -> None:
+    table = {"family": {"hopper": {"gemm_efficiency": 0.5}}, "framework": {"llm-foundry": {"host_launch_s": 1e-4}}}
+    cal = calibration_for("h100-sxm5-80gb", "llm-foundry", table=table)
+    assert cal.gemm_efficiency == 0.5 and cal.host_launch_s == 1e-4
+    assert calibration_for("a100-sxm4-80gb", "megatron-lm", table=table).gemm_efficiency != 0.5
+
+
+def test_fit_lowers_training_error_and_scores_held_out(public_csv) -> None:
+    rows = read_rows(public_csv)
+    train = subsample([r for r in rows if r["source"] in ("Korthikanti2022_Table5", "Narayanan2021_SC21_Table1")], 8)
+    before = validate_rows(train, projector=_projector({})).mape_pct
+    result = fit(train, max_evaluations=40)
+    assert result.train_mape_pct <= before + 1e-9
+    assert "ampere" in result.table["family"] and "megatron-lm" in result.table["framework"]
+    held_out = [r for r in rows if r["source"] == "vTrain_MICRO24_multi"][:10]
+    report = validate_rows(held_out, projector=_projector(result.table))
+    assert len(report.rows) == 10 and report.mape_pct == report.mape_pct  # a number, not NaN
