@@ -131,10 +131,11 @@ def project_specs(
         comm_total: dict[str, float] = {}
         comm_exposed: dict[str, float] = {}
         stage_flops = stage_recompute_flops = profiled = host = 0.0
-        parts: list[tuple[str, str, int]] = []
+        layer_counts: dict[tuple[str, str], int] = {}
         for i in range(stage.num_layers):
-            layer = stage.first_layer + i
-            parts.append(("moe" if model.is_moe_layer(layer) else "dense", _layer_recompute(train, i), 1))
+            key = ("moe" if model.is_moe_layer(stage.first_layer + i) else "dense", _layer_recompute(train, i))
+            layer_counts[key] = layer_counts.get(key, 0) + 1
+        parts: list[tuple[str, str, int]] = [(kind, mode, n) for (kind, mode), n in layer_counts.items()]
         if stage.has_embedding:
             parts.append(("embedding", "none", 1))
         if stage.has_head:

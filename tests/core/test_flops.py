@@ -40,7 +40,7 @@ def test_gpt_hardware_flops_with_full_recompute_match_megatron_96() -> None:
 @pytest.mark.parametrize("preset", ["llama3.1-8b", "llama3.1-70b", "mixtral-8x7b", "qwen3-30b-a3b"])
 def test_six_n_plus_attention(preset: str) -> None:
     """6 * (matmul parameters active per token) + 12 * layers * seq * (attention width) per token."""
-    m = paraplan.project(preset, "h100-sxm5-80gb", 8, tp=8, gbs=8, seq=4096, sp=True, ep=1).model
+    m = paraplan.project(preset, "h100-sxm5-80gb", 8, tp=4, gbs=8, seq=4096, sp=True, ep=1).model
     h, d, s = m.hidden_size, m.head_dim, 4096
     attn_params = h * (m.num_attention_heads + 2 * m.kv_groups) * d + m.num_attention_heads * d * h
     ffn = m.expert_ffn if m.is_moe else m.ffn_hidden_size
