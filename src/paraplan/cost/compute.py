@@ -54,7 +54,13 @@ def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     )
     compute_s = op.flops / (peak * eff)
     memory_s = io_bytes / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
-    return max(compute_s, memory_s) + cal.kernel_launch_s
+    cast_s = 0.0
+    if precision in FP8 | FP4:
+        # Transformer Engine quantises the 16-bit input (read 2 B, write 1 B, plus amax) in its own kernel
+        # before each FP8 GEMM; weights are cast once per step and cached.
+        cast_s = 3 * shape.m * shape.k * shape.count / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
+        cast_s += cal.kernel_launch_s
+    return max(compute_s, memory_s) + cast_s + cal.kernel_launch_s
 
 
 def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:

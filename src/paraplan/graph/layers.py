@@ -87,7 +87,9 @@ def _gemm(name: str, m: int, n: int, k: int, shard: Shard, saved: float, count: 
         saved_bytes=saved,
         precision=shard.gemm_precision,
         tags=tags,
-        host_ops=count,  # grouped expert GEMMs are issued one per expert (TE GroupedLinear, cuBLAS loop)
+        # grouped expert GEMMs are issued one per expert (TE GroupedLinear, cuBLAS loop); FP8 adds a
+        # quantisation kernel per GEMM (Transformer Engine)
+        host_ops=count * (2 if shard.precision in FP8_PRECISIONS else 1),
     )
 
 
