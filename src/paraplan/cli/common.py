@@ -9,6 +9,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from paraplan.errors import ConfigError
 from paraplan.specs.files import system_from_file, training_from_file
@@ -24,7 +25,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def fail(problems: list[str] | str) -> typer.Exit:
     lines = [problems] if isinstance(problems, str) else problems
     for line in lines:
-        err_console.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 

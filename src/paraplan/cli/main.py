@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "measure",
     "tune",
     "geo",
+    "formats",
 )
 
 for _name in COMMAND_MODULES:

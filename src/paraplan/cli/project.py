@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,10 +14,17 @@ from paraplan.cli.common import (
     GpusOpt,
     ModelOpt,
     console,
+    err_console,
     handle_errors,
-    model_from_options,
-    system_from_options,
-    training_from_options,
+)
+from paraplan.cli.formats import (
+    emit_plan,
+    export_plan_chakra,
+    model_with_config,
+    print_notes,
+    read_config_options,
+    system_with_config,
+    training_with_config,
 )
 from paraplan.errors import ConfigError
 from paraplan.memory.model import GIB
@@ -98,9 +106,29 @@ def _projection_command(
     trace: Annotated[str | None, Opt("--trace", help="write a Chrome/Perfetto trace JSON")] = None,
     profile: Annotated[str | None, Opt("--profile", help="fitted kernel profile (paraplan fit)")] = None,
     analytic: Annotated[bool, Opt("--analytic", help="ignore shipped profiles; analytic costs only")] = False,
+    # --- configs in the frameworks' own formats (paraplan.formats)
+    megatron_args: Annotated[
+        str | None, Opt("--megatron-args", help="Megatron-LM arguments: a string, or a file of them (a launch script)")
+    ] = None,
+    from_config: Annotated[
+        str | None, Opt("--from-config", help="a Megatron-LM, Primus, torchtitan, NeMo or HF config file")
+    ] = None,
+    config_format: Annotated[
+        str | None, Opt("--format", help="format of --from-config: megatron primus torchtitan nemo hf (default: guess)")
+    ] = None,
+    emit_format: Annotated[
+        str | None, Opt("--emit", help="also print this plan as a megatron, primus, torchtitan, nemo or hf config")
+    ] = None,
+    emit_file: Annotated[str | None, Opt("--emit-file", help="write the --emit config to this file")] = None,
+    chakra: Annotated[
+        str | None, Opt("--chakra", help="write Chakra execution traces (one per rank) for ASTRA-sim to this folder")
+    ] = None,
 ) -> None:
     """Project step time, throughput, MFU, the time breakdown and memory per GPU."""
-    model_spec = model_from_options(
+    cfg = read_config_options(megatron_args, from_config, config_format, gpus, model)
+    print_notes(cfg)
+    model_spec = model_with_config(
+        cfg,
         model,
         dict(
             num_layers=num_layers,
@@ -117,7 +145,8 @@ def _projection_command(
             norm=norm,
         ),
     )
-    system = system_from_options(
+    system = system_with_config(
+        cfg,
         gpu,
         gpus,
         system_file,
@@ -130,7 +159,8 @@ def _projection_command(
             bf16_tflops=bf16_tflops,
         ),
     )
-    train = training_from_options(
+    train = training_with_config(
+        cfg,
         config_file,
         dict(
             tp=tp,
@@ -174,6 +204,14 @@ def _projection_command(
         _print_memory(result, as_json)
     else:
         _print_projection(result, as_json)
+    if emit_format or emit_file:
+        text = emit_plan(emit_format or "megatron", result.model, result.system, result.train)
+        if emit_file:
+            Path(emit_file).write_text(text)
+        else:
+            (err_console if as_json else console).print(text, markup=False, highlight=False, soft_wrap=True, end="")
+    if chakra:
+        err_console.print(export_plan_chakra(result.model, result.system, result.train, chakra), highlight=False)
 
 
 def _profile_timer(profile: str | None, gpu: str, analytic: bool):

@@ -1,0 +1,402 @@
+"""`paraplan tune`: the fastest configurations that fit, with the commands that reproduce them."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from paraplan.cli.common import GpuOpt, ModelOpt, console, err_console, handle_errors, model_from_options
+from paraplan.errors import ConfigError
+from paraplan.projection import project_specs
+from paraplan.specs.system import SystemSpec
+from paraplan.specs.training import TrainingSpec
+from paraplan.tune.candidate import Candidate, TuneProblem
+from paraplan.tune.evaluate import Evaluation
+from paraplan.tune.explain import Explanation, explain
+from paraplan.tune.proposer import LLMConfig
+from paraplan.tune.reproduce import megatron_args, paraplan_command, training_of
+from paraplan.tune.space import SearchSpace, SpaceLimits, parse_constraints
+from paraplan.tune.tuner import ProgressUpdate, TuneOptions, TuneResult, rank, tune
+
+Opt = typer.Option
+TIE_TOLERANCE = 1e-6
+"""Step times this close are a tie: the explanation compares the winner with the first slower one."""
+
+
+def _gpu_counts(text: str | None) -> list[int]:
+    if not text:
+        raise ConfigError("the GPU count is required (--gpus N, or several: --gpus 512,1024)")
+    counts: list[int] = []
+    for item in text.split(","):
+        try:
+            value = int(item)
+        except ValueError:
+            raise ConfigError(f"--gpus expects integers separated by commas (got '{text}')") from None
+        if value < 1:
+            raise ConfigError(f"--gpus must be >= 1 (got {value})")
+        counts.append(value)
+    return sorted(set(counts))
+
+
+def _systems(
+    gpu: str | None, counts: list[int], system_file: str | None, overrides: dict[str, Any]
+) -> tuple[SystemSpec, ...]:
+    from paraplan.cli.common import system_from_options
+
+    return tuple(system_from_options(gpu, n, system_file, overrides) for n in counts)
+
+
+def _precisions(text: str | None, system: SystemSpec) -> list[str] | None:
+    if not text:
+        return None
+    if text == "all":
+        from paraplan.specs.training import PRECISIONS
+
+        return [
+            p
+            for p in PRECISIONS
+            if system.gpu.supports(p) and (p not in ("mxfp8", "nvfp4") or system.gpu.fp4_tflops > 0)
+        ]
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _read_candidates(path: str, space: SearchSpace) -> list[Candidate]:
+    """A JSON list of objects or a CSV with a header, keyed by axis names (tp, pp, vpp, cp, mbs, ...)."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ConfigError(f"--candidates {path}: {exc.strerror or exc}") from None
+    if file.suffix.lower() == ".json" or text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--candidates {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise ConfigError(f"--candidates {path}: expected a JSON list of objects")
+    else:
+        rows = [{k: v for k, v in r.items() if v not in (None, "")} for r in csv.DictReader(text.splitlines())]
+    problems: list[str] = []
+    out: list[Candidate] = []
+    for i, row in enumerate(rows, 1):
+        try:
+            out.append(space.candidate_from_mapping(row))
+        except ConfigError as exc:
+            problems += [f"--candidates {path} row {i}: {p}" for p in exc.problems]
+        except (TypeError, ValueError) as exc:
+            problems.append(f"--candidates {path} row {i}: {exc}")
+    if problems:
+        raise ConfigError(problems)
+    if not out:
+        raise ConfigError(f"--candidates {path}: no configurations")
+    return out
+
+
+def tune_command(
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    gpus: Annotated[str | None, Opt("--gpus", "-n", help="GPU count, or several (512,1024) to search over")] = None,
+    gbs: Annotated[int | None, Opt("--gbs", help="global batch size (sequences)")] = None,
+    seq: Annotated[int | None, Opt("--seq", help="sequence length")] = None,
+    fix: Annotated[
+        list[str] | None,
+        Opt("--fix", help="AXIS=VALUE[,VALUE...]: fix or restrict an axis (tp=8, recompute=none,selective)"),
+    ] = None,
+    max_tp: Annotated[int | None, Opt("--max-tp", help="largest tp (default: GPUs per node)")] = None,
+    max_pp: Annotated[int | None, Opt("--max-pp", help="largest pp")] = None,
+    max_vpp: Annotated[int | None, Opt("--max-vpp", help="largest vpp")] = None,
+    max_cp: Annotated[int | None, Opt("--max-cp", help="largest cp (default 32)")] = None,
+    max_ep: Annotated[int | None, Opt("--max-ep", help="largest ep")] = None,
+    max_mbs: Annotated[int | None, Opt("--max-mbs", help="largest micro-batch (default 16)")] = None,
+    precision: Annotated[
+        str | None, Opt("--precision", help="precision(s) allowed: bf16 | fp8 | bf16,fp8 | all (default bf16)")
+    ] = None,
+    framework: Annotated[
+        str | None, Opt("--framework", help="megatron-lm nemo-megatron megatron-deepspeed ...")
+    ] = None,
+    attention_backend: Annotated[str | None, Opt("--attention-backend", help="flash | unfused")] = None,
+    objectives: Annotated[
+        str, Opt("--objectives", help="throughput, or several for a Pareto front: throughput,memory,gpus")
+    ] = "throughput",
+    method: Annotated[str, Opt("--method", help="auto | exhaustive | tpe | nsga2")] = "auto",
+    budget: Annotated[int | None, Opt("--budget", help="most projections (exhaustive) or trials (tpe, nsga2)")] = None,
+    time_limit: Annotated[
+        float | None, Opt("--time-limit", help="seconds; ends the search with what was found")
+    ] = None,
+    top: Annotated[int, Opt("--top", help="configurations to show")] = 10,
+    as_json: Annotated[bool, Opt("--json", help="print one JSON object")] = False,
+    csv_path: Annotated[str | None, Opt("--csv", help="write every evaluated configuration to this CSV")] = None,
+    study: Annotated[str | None, Opt("--study", help="SQLite file: record, and resume an interrupted search")] = None,
+    executor: Annotated[str, Opt("--executor", help="local (process pool) | ray | serial")] = "local",
+    address: Annotated[str | None, Opt("--address", help="Ray cluster address (with --executor ray)")] = None,
+    workers: Annotated[int | None, Opt("--workers", help="processes (default: CPU count)")] = None,
+    llm_url: Annotated[
+        str | None, Opt("--llm-url", help="OpenAI-compatible endpoint for proposals (key: $PARAPLAN_LLM_API_KEY)")
+    ] = None,
+    llm_model: Annotated[str | None, Opt("--llm-model", help="model name at --llm-url")] = None,
+    llm_rounds: Annotated[int, Opt("--llm-rounds", help="proposal rounds")] = 2,
+    explain_winner: Annotated[bool, Opt("--explain", help="why the winner beats the runner-up")] = False,
+    candidates_file: Annotated[
+        str | None, Opt("--candidates", help="only rank these configurations (JSON list or CSV of axis values)")
+    ] = None,
+    seed: Annotated[int, Opt("--seed", help="sampler seed")] = 0,
+    system_file: Annotated[str | None, Opt("--system-file", help="YAML system description or overrides")] = None,
+    gpus_per_node: Annotated[int | None, Opt("--gpus-per-node")] = None,
+    nic_gbps: Annotated[float | None, Opt("--nic-gbps", help="scale-out Gb/s per GPU")] = None,
+) -> None:
+    """Search parallel configurations; show the fastest that fit in memory."""
+    problems: list[str] = []
+    if gbs is None or gbs < 1:
+        problems.append("--gbs (global batch size) is required and must be >= 1")
+    if seq is None or seq < 1:
+        problems.append("--seq (sequence length) is required and must be >= 1")
+    if executor == "ray":
+        from paraplan.tune.executors import import_ray
+
+        import_ray()
+    elif address:
+        problems.append("--address needs --executor ray")
+    if problems:
+        raise ConfigError(problems)
+    assert gbs is not None and seq is not None
+    model_spec = model_from_options(model, {})
+    systems = _systems(gpu, _gpu_counts(gpus), system_file, {"gpus_per_node": gpus_per_node, "nic_gbps": nic_gbps})
+    base = TrainingSpec().with_values(framework=framework, attention_backend=attention_backend)
+    problem = TuneProblem(model_spec, systems, gbs, seq, base, model_ref=model or "", gpu_ref=gpu or "")
+    fixes = list(fix or [])
+    allowed_precisions = _precisions(precision, systems[0])
+    if allowed_precisions:
+        fixes.append("precision=" + ",".join(allowed_precisions))
+    limits = parse_constraints(
+        fixes, {"tp": max_tp, "pp": max_pp, "vpp": max_vpp, "cp": max_cp, "ep": max_ep, "mbs": max_mbs}
+    )
+    options = TuneOptions(
+        method=method,
+        objectives=tuple(o.strip() for o in objectives.split(",") if o.strip()),
+        top_k=top,
+        budget=budget,
+        time_limit_s=time_limit,
+        executor=executor,
+        workers=workers,
+        address=address,
+        study_path=study,
+        llm=LLMConfig.from_options(llm_url, llm_model),
+        llm_rounds=llm_rounds,
+        seed=seed,
+    )
+    option_problems = options.problems()
+    if option_problems:
+        raise ConfigError(option_problems)
+    candidates = _read_candidates(candidates_file, SearchSpace(problem, limits)) if candidates_file else None
+    result = _run(problem, limits, options, candidates, show_progress=not as_json)
+    if csv_path:
+        write_csv(result, csv_path)
+    explanation = _explanation(result) if explain_winner else None
+    if as_json:
+        print(json.dumps(result_dict(result, explanation), default=float))
+    else:
+        print_result(result, explanation)
+    if result.interrupted:
+        raise typer.Exit(130)
+
+
+def _run(
+    problem: TuneProblem,
+    limits: SpaceLimits,
+    options: TuneOptions,
+    candidates: list[Candidate] | None,
+    show_progress: bool,
+) -> TuneResult:
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[evaluated]:,} evaluated, {task.fields[rate]:,.0f}/s, best {task.fields[best]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=not show_progress,
+    )
+    task_id = progress.add_task("seed", total=None, evaluated=0, rate=0.0, best="-")
+    started = False
+
+    def update(u: ProgressUpdate) -> None:
+        nonlocal started
+        if not started and u.phase != "seed":  # start the display after the worker processes exist
+            progress.start()
+            started = True
+        best = f"{u.best.tokens_per_sec_per_gpu:,.0f} tok/s/GPU" if u.best else "-"
+        rate = u.evaluated / u.elapsed_s if u.elapsed_s > 0 else 0.0
+        progress.update(
+            task_id,
+            description=u.phase,
+            completed=u.done,
+            total=u.total or None,
+            evaluated=u.evaluated,
+            rate=rate,
+            best=best,
+        )
+
+    try:
+        return tune(problem, limits, options, candidates=candidates, progress=update)
+    finally:
+        progress.stop()
+
+
+def _projection(result: TuneResult, e: Evaluation):  # noqa: ANN202 - a core Projection
+    problem = result.problem
+    train = training_of(problem, e.candidate, e.train)
+    return project_specs(problem.model, problem.system(e.candidate.num_gpus), train)
+
+
+def _explanation(result: TuneResult) -> Explanation | None:
+    """The winner against the best configuration that is measurably slower (ties say nothing)."""
+    if not result.top:
+        return None
+    first = result.top[0]
+    ranked = rank(result.evaluations, len(result.evaluations))
+    slower = [e for e in ranked if e.step_time_s > first.step_time_s * (1 + TIE_TOLERANCE)]
+    if not slower:
+        return None
+    ties = len(ranked) - len(slower) - 1
+    second = slower[0]
+    return explain(_projection(result, first), first.candidate, _projection(result, second), second.candidate, ties)
+
+
+def evaluation_dict(result: TuneResult, e: Evaluation) -> dict[str, Any]:
+    train = training_of(result.problem, e.candidate, e.train)
+    return {
+        **e.candidate.to_dict(),
+        "step_time_s": e.step_time_s,
+        "tokens_per_sec_per_gpu": e.tokens_per_sec_per_gpu,
+        "mfu": e.mfu,
+        "memory": {"peak_gib": round(e.peak_gib, 4), "fits": e.fits},
+        "command": paraplan_command(result.problem, e.candidate.num_gpus, train),
+        "megatron_args": megatron_args(result.problem, train),
+        "source": e.source,
+    }
+
+
+def result_dict(result: TuneResult, explanation: Explanation | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "top": [evaluation_dict(result, e) for e in result.top],
+        "evaluated": result.evaluated,
+        "elapsed_s": result.elapsed_s,
+        "candidates_per_s": result.candidates_per_s,
+        "method": result.method,
+        "rejected": {
+            "illegal": result.illegal,
+            "memory_filter": result.memory_rejected,
+            "dominated": result.dominated,
+        },
+        "resumed": result.resumed,
+        "interrupted": result.interrupted,
+        "notes": result.notes,
+    }
+    if result.pareto:
+        out["pareto"] = [evaluation_dict(result, e) for e in result.pareto]
+    if explanation is not None:
+        out["explain"] = explanation.to_dict()
+    return out
+
+
+CSV_METRICS = ("step_time_s", "tokens_per_sec_per_gpu", "mfu", "peak_gib", "fits", "source")
+
+
+def write_csv(result: TuneResult, path: str) -> None:
+    evaluations = sorted(result.evaluations, key=lambda e: (-e.tokens_per_sec, e.candidate.sort_key()))
+    config_columns = list(evaluations[0].candidate.to_dict()) if evaluations else []
+    try:
+        with open(path, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(config_columns + list(CSV_METRICS))
+            for e in evaluations:
+                config = e.candidate.to_dict()
+                writer.writerow(
+                    [config[c] for c in config_columns]
+                    + [e.step_time_s, e.tokens_per_sec_per_gpu, e.mfu, e.peak_gib, e.fits, e.source]
+                )
+    except OSError as exc:
+        raise ConfigError(f"--csv {path}: {exc.strerror or exc}") from None
+
+
+def print_result(result: TuneResult, explanation: Explanation | None) -> None:
+    problem = result.problem
+    title = (
+        f"{problem.model.name} on {'/'.join(map(str, problem.gpu_counts))} x {problem.systems[0].gpu.name}, "
+        f"gbs {problem.gbs}, seq {problem.seq}: top {len(result.top)}"
+    )
+    table = Table(title=title)
+    for col in ("#", "configuration", "step time", "tokens/s/GPU", "MFU", "memory GiB"):
+        table.add_column(col, justify="right" if col not in ("configuration",) else "left")
+    for i, e in enumerate(result.top, 1):
+        table.add_row(
+            str(i),
+            e.candidate.describe(),
+            f"{e.step_time_s:,.3f} s",
+            f"{e.tokens_per_sec_per_gpu:,.0f}",
+            f"{e.mfu:.1%}",
+            f"{e.peak_gib:,.1f}",
+        )
+    console.print(table)
+    if not result.top:
+        console.print("[red]no configuration fits[/] (relax the constraints, add GPUs, or allow recompute)")
+    for i, e in enumerate(result.top, 1):
+        train = training_of(problem, e.candidate, e.train)
+        console.print(f"[bold]#{i}[/] {paraplan_command(problem, e.candidate.num_gpus, train)}", soft_wrap=True)
+        console.print(f"    megatron: {megatron_args(problem, train)}", soft_wrap=True, highlight=False)
+    if result.pareto:
+        front = Table(
+            title=f"Pareto front ({', '.join(result.pareto and ['throughput'] or [])} vs the other objectives)"
+        )
+        for col in ("configuration", "GPUs", "tokens/s", "memory GiB"):
+            front.add_column(col)
+        for e in result.pareto[:20]:
+            front.add_row(
+                e.candidate.describe(), str(e.candidate.num_gpus), f"{e.tokens_per_sec:,.0f}", f"{e.peak_gib:,.1f}"
+            )
+        console.print(front)
+    if explanation is not None:
+        _print_explanation(explanation)
+    rate = result.candidates_per_s
+    console.print(
+        f"{result.method}: {result.evaluated:,} evaluated in {result.elapsed_s:,.1f} s ({rate:,.0f}/s); "
+        f"rejected before timing: {result.illegal:,} illegal, {result.memory_rejected:,} by the memory filter, "
+        f"{result.dominated:,} dominated",
+        highlight=False,
+    )
+    for note in result.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+
+
+def _print_explanation(x: Explanation) -> None:
+    table = Table(title="winner vs runner-up (step-time breakdown, critical pipeline rank)")
+    for col in ("part", "winner", "runner-up", "difference"):
+        table.add_column(col, justify="right" if col != "part" else "left")
+    for p in x.parts:
+        if p.winner_s == 0 and p.runner_up_s == 0:
+            continue
+        table.add_row(
+            p.part.replace("_", " "),
+            f"{p.winner_s * 1e3:,.1f} ms",
+            f"{p.runner_up_s * 1e3:,.1f} ms",
+            f"{p.delta_s * 1e3:+,.1f} ms",
+        )
+    table.add_row(
+        "[bold]step[/]",
+        f"{x.winner_step_s * 1e3:,.1f} ms",
+        f"{x.runner_up_step_s * 1e3:,.1f} ms",
+        f"{-x.gain_s * 1e3:+,.1f} ms",
+    )
+    console.print(table)
+    console.print(x.summary(), highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tune")(handle_errors(tune_command))

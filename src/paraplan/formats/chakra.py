@@ -1,0 +1,471 @@
+"""Chakra execution traces of one training step, one file per rank, for ASTRA-sim.
+
+Each rank's trace is its operator graph for the whole step, in the order its pipeline schedule runs the
+micro-batches (Megatron's 1F1B, interleaved 1F1B or GPipe): per micro-batch and model chunk the forward
+operators of every layer, then (in backward) the recomputed operators and the input- and weight-gradient
+operators. Compute operators become COMP_NODEs (`num_ops` = FLOPs, `tensor_size` = bytes moved,
+`duration_micros` from `paraplan.cost.compute`); the communication the plan inserts becomes COMM_COLL_NODEs
+(TP, CP, EP, expert-TP, and the DP gradient reduction and parameter gather, with `comm_type`, `comm_size` in
+bytes and `pg_name`, the id of the process group in `comm_group.json`, which ASTRA-sim reads with
+`--comm-group-configuration`); pipeline activations and gradients become COMM_SEND_NODE/COMM_RECV_NODE
+pairs with `comm_src`, `comm_dst` and a `comm_tag` shared by both ends. Dependencies are `data_deps`: each
+node waits for the one before it on its rank's compute stream (receives block, as Megatron's do), sends
+and overlapped DP collectives hang off the node that produces their data.
+
+Ranks follow Megatron's order (tp fastest, then cp, dp, pp; experts as etp, ep, edp within a stage).
+ZB-V and DualPipe(V) are not exported; ZB-H1 is written in 1F1B order.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from paraplan.cost.block import weight_params
+from paraplan.cost.calibration import Calibration, calibration_for
+from paraplan.cost.comm import collective_time_s, place_group
+from paraplan.cost.compute import compute_time_s
+from paraplan.errors import ConfigError
+from paraplan.formats.chakra_pb import (
+    Attr,
+    CollectiveCommType,
+    GlobalMetadata,
+    Node,
+    NodeType,
+    attr_field,
+    encode_node,
+    write_trace,
+)
+from paraplan.graph import layers as L
+from paraplan.graph.backward import backward_ops
+from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind, Phase
+from paraplan.graph.partition import chunks_per_rank, virtual_stages
+from paraplan.projection import group_placements
+from paraplan.sim.layout import stage_order
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.specs.training import TrainingSpec
+from paraplan.specs.validate import check
+
+COLL_TYPE = {
+    CommKind.ALL_REDUCE: CollectiveCommType.ALL_REDUCE,
+    CommKind.ALL_GATHER: CollectiveCommType.ALL_GATHER,
+    CommKind.REDUCE_SCATTER: CollectiveCommType.REDUCE_SCATTER,
+    CommKind.ALL_TO_ALL: CollectiveCommType.ALL_TO_ALL,
+}
+AXIS_GROUP = {CommAxis.TP: "tp", CommAxis.CP: "cp", CommAxis.EP: "ep", CommAxis.ETP: "etp"}
+EXPORTED_SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
+
+
+# ----------------------------------------------------------------------------- schedule order
+def schedule_items(schedule: str, pp: int, rank: int, m: int, chunks: int) -> list[tuple[str, int, int]]:
+    """(F or B, micro-batch, local chunk) in the order pipeline rank `rank` runs them (Megatron-core's
+    `forward_backward_pipelining_with(out)_interleaving`, micro-batch groups of pp)."""
+    if schedule == "gpipe":
+        return [("F", mb, 0) for mb in range(m)] + [("B", mb, 0) for mb in range(m)]
+    if chunks == 1:
+        warmup = min(pp - rank - 1, m)
+        items = [("F", mb, 0) for mb in range(warmup)]
+        for i in range(m - warmup):
+            items += [("F", warmup + i, 0), ("B", i, 0)]
+        return items + [("B", mb, 0) for mb in range(m - warmup, m)]
+    total = m * chunks
+
+    def forward(k: int) -> tuple[str, int, int]:
+        return "F", (k // (pp * chunks)) * pp + k % pp, (k // pp) % chunks
+
+    def backward(k: int) -> tuple[str, int, int]:
+        return "B", (k // (pp * chunks)) * pp + k % pp, chunks - 1 - (k // pp) % chunks
+
+    warmup = min((pp - rank - 1) * 2 + (chunks - 1) * pp, total)
+    items = [forward(k) for k in range(warmup)]
+    for i in range(total - warmup):
+        items += [forward(warmup + i), backward(i)]
+    return items + [backward(k) for k in range(total - warmup, total)]
+
+
+# ----------------------------------------------------------------------------- ranks and groups
+@dataclass(frozen=True, slots=True)
+class RankGrid:
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+    etp: int
+
+    @property
+    def stage_size(self) -> int:
+        return self.tp * self.cp * self.dp
+
+    @property
+    def world(self) -> int:
+        return self.stage_size * self.pp
+
+    def coords(self, rank: int) -> tuple[int, int, int, int]:
+        """(tp, cp, dp, pp) index of a rank (Megatron order, tp fastest)."""
+        return rank % self.tp, rank // self.tp % self.cp, rank // (self.tp * self.cp) % self.dp, rank // self.stage_size
+
+    def rank(self, tp_i: int, cp_i: int, dp_i: int, pp_i: int) -> int:
+        return tp_i + self.tp * (cp_i + self.cp * (dp_i + self.dp * pp_i))
+
+    def members(self, rank: int, axis: str) -> tuple[int, ...]:
+        t, c, d, p = self.coords(rank)
+        if axis == "tp":
+            return tuple(self.rank(i, c, d, p) for i in range(self.tp))
+        if axis == "cp":
+            return tuple(self.rank(t, i, d, p) for i in range(self.cp))
+        if axis == "dp":  # gradients reduce over data and context parallel ranks together
+            return tuple(self.rank(t, i % self.cp, i // self.cp, p) for i in range(self.cp * self.dp))
+        base, local = p * self.stage_size, rank % self.stage_size
+        e_t, e_p, e_d = local % self.etp, local // self.etp % self.ep, local // (self.etp * self.ep)
+        edp = self.stage_size // (self.etp * self.ep)
+
+        def at(a: int, b: int, c_: int) -> int:
+            return base + a + self.etp * (b + self.ep * c_)
+
+        if axis == "etp":
+            return tuple(at(i, e_p, e_d) for i in range(self.etp))
+        if axis == "ep":
+            return tuple(at(e_t, i, e_d) for i in range(self.ep))
+        if axis == "edp":
+            return tuple(at(e_t, e_p, i) for i in range(edp))
+        raise ValueError(axis)
+
+
+# ----------------------------------------------------------------------------- one pipeline rank's program
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """A node of a pipeline rank's program; `group`/`peer_stage` are filled in per world rank."""
+
+    node: Node
+    group: str | None = None  # process-group axis of a collective
+    peer_stage: int | None = None  # virtual stage at the other end of a send/recv
+
+
+class _Costs:
+    """Seconds of one operator or collective under this plan (paraplan's analytic costs)."""
+
+    def __init__(self, system: SystemSpec, cal: Calibration, train: TrainingSpec) -> None:
+        self.system, self.cal, self.train = system, cal, train
+        self.groups = group_placements(train, system)
+        gpn = system.gpus_per_node
+        edp = max(1, train.tp * train.cp * train.dp // (train.etp * train.ep))
+        self.named = {
+            "dp": place_group(train.dp * train.cp, train.tp, gpn),
+            "edp": place_group(edp, train.etp * train.ep, gpn),
+            "pp": place_group(train.pp, train.tp * train.cp * train.dp, gpn),
+        }
+
+    def seconds(self, op: Op) -> float:
+        if op.kind is OpKind.COMM:
+            comm = op.comm
+            assert comm is not None
+            return collective_time_s(comm.kind, comm.bytes, self.groups[comm.axis], self.system, self.cal)
+        return compute_time_s(op, self.system.gpu, self.cal)
+
+    def collective_s(self, kind: CommKind, nbytes: float, group: str) -> float:
+        return collective_time_s(kind, nbytes, self.named[group], self.system, self.cal)
+
+
+def _micros(seconds: float) -> int:
+    return max(1, round(seconds * 1e6))
+
+
+class _Program:
+    def __init__(self, costs: _Costs) -> None:
+        self.costs = costs
+        self.slots: list[Slot] = []
+        self.last: int | None = None
+        train = costs.train
+        self.sizes = {
+            "dp": train.dp * train.cp,
+            "edp": max(1, train.tp * train.cp * train.dp // (train.etp * train.ep)),
+        }
+
+    def add(
+        self,
+        node: Node,
+        *,
+        chain: bool = True,
+        deps: tuple[int, ...] = (),
+        group: str | None = None,
+        peer_stage: int | None = None,
+    ) -> int:
+        """Append a node; `chain` nodes also wait for, and become, the last node of the compute stream."""
+        node.id = len(self.slots)
+        node.data_deps = sorted({*deps, *([self.last] if chain and self.last is not None else [])})
+        self.slots.append(Slot(node, group, peer_stage))
+        if chain:
+            self.last = node.id
+        return node.id
+
+    def op(self, op: Op, name: str) -> None:
+        seconds = self.costs.seconds(op)
+        if op.kind is not OpKind.COMM:
+            attrs = [
+                Attr("is_cpu_op", "bool", False),
+                Attr("num_ops", "int64", round(op.flops)),
+                Attr("tensor_size", "uint64", round(op.bytes_moved)),
+            ]
+            self.add(Node(0, name, NodeType.COMP_NODE, duration_micros=_micros(seconds), attrs=attrs))
+            return
+        comm = op.comm
+        assert comm is not None
+        if comm.group_size <= 1:
+            return
+        kind, size = comm.kind, comm.bytes
+        if kind is CommKind.SEND_RECV:  # CP ring exchange of K/V: the traffic of an all-gather of the shards
+            kind, size = CommKind.ALL_GATHER, comm.bytes * comm.group_size / (comm.group_size - 1)
+        self.collective(name, kind, size, AXIS_GROUP[comm.axis], _micros(seconds))
+
+    def collective(
+        self, name: str, kind: CommKind, nbytes: float, group: str, micros: int, *, chain: bool = True, deps=()
+    ) -> int:
+        attrs = [
+            Attr("is_cpu_op", "bool", False),
+            Attr("comm_type", "int64", int(COLL_TYPE[kind])),
+            Attr("comm_size", "int64", round(nbytes)),
+        ]
+        node = Node(0, name, NodeType.COMM_COLL_NODE, duration_micros=micros, attrs=attrs)
+        return self.add(node, chain=chain, deps=tuple(deps), group=group)
+
+    def data_parallel(
+        self, name: str, kind: CommKind, bytes_per_param: int, params: tuple[float, float], *, chain: bool
+    ) -> list[int]:
+        """One collective over the DP group for dense parameters and one over expert-DP for expert ones."""
+        after = () if chain or self.last is None else (self.last,)
+        ids = []
+        for group, count in (("dp", params[0]), ("edp", params[1])):
+            if count and self.sizes[group] > 1:
+                nbytes = count * bytes_per_param
+                micros = _micros(self.costs.collective_s(kind, nbytes, group))
+                ids.append(self.collective(f"{name}.{group}", kind, nbytes, group, micros, chain=chain, deps=after))
+        return ids
+
+    def p2p(self, name: str, send: bool, nbytes: float, tag: int, peer: int, micros: int) -> int:
+        """A send hangs off the last node (asynchronous); a receive blocks the stream."""
+        deps = (self.last,) if send and self.last is not None else ()
+        attrs = [
+            Attr("is_cpu_op", "bool", False),
+            Attr("comm_size", "int64", round(nbytes)),
+            Attr("comm_tag", "int32", tag),
+        ]
+        kind = NodeType.COMM_SEND_NODE if send else NodeType.COMM_RECV_NODE
+        node = Node(0, name, kind, duration_micros=micros, attrs=attrs)
+        return self.add(node, chain=not send, deps=deps, peer_stage=peer)
+
+
+def _layer_recompute(train: TrainingSpec, index_in_chunk: int) -> str:
+    mode = train.recompute_granularity
+    if mode == "full" and train.recompute_num_layers is not None and index_in_chunk >= train.recompute_num_layers:
+        return "none"
+    return mode
+
+
+def _stage_parts(model: ModelSpec, shard: L.Shard, train: TrainingSpec, stage) -> list[tuple[str, str, list[Op]]]:
+    """(part name, recompute mode, forward ops) of one virtual stage in forward order."""
+    vocab = L.padded_vocab(model, shard.tp)
+    parts: list[tuple[str, str, list[Op]]] = []
+    if stage.has_embedding:
+        parts.append(("embedding", "none", L.embedding_ops(model, shard)))
+    for i in range(stage.num_layers):
+        layer = stage.first_layer + i
+        ops = L.decoder_layer_ops(model, shard, moe=model.is_moe_layer(layer))
+        parts.append((f"layer{layer}", _layer_recompute(train, i), ops))
+    if stage.has_head:
+        parts.append(("head", "none", L.head_ops(model, shard, vocab)))
+        for k in range(model.mtp_num_layers):
+            parts.append((f"mtp{k}", "none", L.mtp_ops(model, shard, vocab)))
+    return parts
+
+
+def _tag(mb: int, stage: int, backward: bool, stages: int) -> int:
+    return (mb * stages + stage) * 2 + int(backward)
+
+
+def rank_program(
+    model: ModelSpec, system: SystemSpec, train: TrainingSpec, pp_rank: int, cal: Calibration
+) -> list[Slot]:
+    """The program of every rank of pipeline stage `pp_rank` (the same up to group ids and peers)."""
+    costs = _Costs(system, cal, train)
+    shard = L.Shard.of(train)
+    chunks = chunks_per_rank(train)
+    stages = virtual_stages(model, train)
+    order = stage_order(train.pipeline_schedule, train.pp, chunks)
+    last_stage = len(order) - 1
+    stage_of = {rc: v for v, rc in enumerate(order)}
+    parts = {v: _stage_parts(model, shard, train, stages[v]) for v, (r, _) in enumerate(order) if r == pp_rank}
+    params = {v: _params(ops for _, _, ops in parts[v]) for v in parts}
+    p2p_bytes = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
+    p2p_micros = _micros(costs.collective_s(CommKind.SEND_RECV, p2p_bytes, "pp"))
+    schedule = "gpipe" if train.pipeline_schedule == "gpipe" else "1f1b"
+    items = schedule_items(schedule, train.pp, pp_rank, train.num_microbatches, chunks)
+    last_backward = {c: max(i for i, (k, _, c2) in enumerate(items) if k == "B" and c2 == c) for c in range(chunks)}
+    program = _Program(costs)
+    grad_bytes = 4 if train.grad_reduce_in_fp32 else 2
+    dp_ends: list[int] = []
+    for index, (kind, mb, chunk) in enumerate(items):
+        v = stage_of[(pp_rank, chunk)]
+        label = f"{kind}.mb{mb}.s{v}"
+        if train.shards_params:  # FSDP: gather the chunk's parameters before its forward and its backward
+            program.data_parallel(f"{label}.fsdp_gather", CommKind.ALL_GATHER, 2, params[v], chain=True)
+        if kind == "F":
+            if v > 0:
+                program.p2p(f"{label}.recv_act", False, p2p_bytes, _tag(mb, v, False, len(order)), v - 1, p2p_micros)
+            for part, _, ops in parts[v]:
+                for op in ops:
+                    program.op(op, f"{label}.{part}.{op.name}")
+            if v < last_stage:
+                tag = _tag(mb, v + 1, False, len(order))
+                program.p2p(f"{label}.send_act", True, p2p_bytes, tag, v + 1, p2p_micros)
+            continue
+        if v < last_stage:
+            program.p2p(f"{label}.recv_grad", False, p2p_bytes, _tag(mb, v, True, len(order)), v + 1, p2p_micros)
+        for part, mode, ops in reversed(parts[v]):
+            if mode == "full":
+                redo = ops
+            elif mode == "selective":
+                redo = [op for op in ops if "selective" in op.tags]
+            else:
+                redo = []
+            for op in redo:
+                program.op(op, f"R.mb{mb}.s{v}.{part}.{op.name}")
+            for op in reversed(ops):
+                for grad in backward_ops(op):
+                    phase = "W" if grad.phase is Phase.BACKWARD_WEIGHT else "B"
+                    program.op(grad, f"{phase}.mb{mb}.s{v}.{part}.{op.name}")
+        if v > 0:
+            program.p2p(f"{label}.send_grad", True, p2p_bytes, _tag(mb, v - 1, True, len(order)), v - 1, p2p_micros)
+        if train.shards_params:
+            program.data_parallel(f"{label}.fsdp_reduce_scatter", CommKind.REDUCE_SCATTER, 4, params[v], chain=True)
+        elif index == last_backward[chunk]:  # the chunk's gradients are complete: reduce them over DP
+            kind_dp = CommKind.REDUCE_SCATTER if train.shards_optimizer else CommKind.ALL_REDUCE
+            overlap = train.overlap_grad_reduce
+            dp_ends += program.data_parallel(f"s{v}.grad_reduce", kind_dp, grad_bytes, params[v], chain=not overlap)
+    _optimizer(program, train, system, cal, params, dp_ends)
+    return program.slots
+
+
+def _params(op_lists) -> tuple[float, float]:
+    dense = expert = 0.0
+    for ops in op_lists:
+        for op in ops:
+            n = weight_params(op)
+            if op.name.removeprefix("mtp_").startswith("expert_"):
+                expert += n
+            else:
+                dense += n
+    return dense, expert
+
+
+def _optimizer(
+    program: _Program,
+    train: TrainingSpec,
+    system: SystemSpec,
+    cal: Calibration,
+    params: dict[int, tuple[float, float]],
+    dp_ends: list[int],
+) -> None:
+    """Adam over this rank's parameters (its shard of them when sharded), then the parameter all-gather of
+    the distributed optimizer."""
+    dense = sum(d for d, _ in params.values())
+    expert = sum(e for _, e in params.values())
+    dp_size, edp_size = program.sizes["dp"], program.sizes["edp"]
+    local = dense / dp_size + expert / edp_size if (train.shards_optimizer or train.shards_params) else dense + expert
+    nbytes = local * cal.optimizer_bytes_per_param
+    seconds = nbytes / (system.gpu.hbm_bytes_per_s * cal.memory_efficiency)
+    attrs = [
+        Attr("is_cpu_op", "bool", False),
+        Attr("num_ops", "int64", round(10 * local)),  # about 10 FLOPs per parameter for an Adam update
+        Attr("tensor_size", "uint64", round(nbytes)),
+    ]
+    node = Node(0, "optimizer_step", NodeType.COMP_NODE, duration_micros=_micros(seconds), attrs=attrs)
+    program.add(node, deps=tuple(dp_ends))
+    if train.shards_optimizer and not train.shards_params:
+        program.data_parallel("param_gather", CommKind.ALL_GATHER, 2, (dense, expert), chain=True)
+
+
+# ----------------------------------------------------------------------------- writing all ranks
+@dataclass(frozen=True, slots=True)
+class ChakraExport:
+    paths: tuple[Path, ...]
+    comm_groups_path: Path
+    nodes_per_rank: tuple[int, ...]
+
+
+def _finish(
+    slot: Slot, rank: int, grid: RankGrid, order: list[tuple[int, int]], groups: dict[tuple[int, ...], int]
+) -> bytes:
+    """The attributes that make a rank's communication node its own: the process group id of a collective,
+    or the two ends of a send/recv. `attr` is the last field of a Node, so these follow its cached bytes."""
+    if slot.group is not None:
+        members = grid.members(rank, slot.group)
+        extra = [Attr("pg_name", "string", str(groups.setdefault(members, len(groups) + 1)))]
+    else:
+        assert slot.peer_stage is not None
+        t, c, d, _ = grid.coords(rank)
+        peer = grid.rank(t, c, d, order[slot.peer_stage][0])
+        is_send = slot.node.type is NodeType.COMM_SEND_NODE
+        extra = [
+            Attr("comm_src", "int32", rank if is_send else peer),
+            Attr("comm_dst", "int32", peer if is_send else rank),
+        ]
+    return b"".join(attr_field(a) for a in extra)
+
+
+def export_chakra(
+    model: ModelSpec,
+    system: SystemSpec,
+    train: TrainingSpec,
+    out_dir: str | Path,
+    *,
+    prefix: str = "paraplan",
+    calibration: Calibration | None = None,
+    ranks: tuple[int, ...] | None = None,
+) -> ChakraExport:
+    """Write `{prefix}.{rank}.et` for every rank (or the given ones) and `comm_group.json` into `out_dir`."""
+    train = check(model, system, train)
+    if train.pipeline_schedule not in EXPORTED_SCHEDULES:
+        raise ConfigError(
+            f"Chakra export plays {', '.join(EXPORTED_SCHEDULES)} schedules, not {train.pipeline_schedule}"
+        )
+    cal = calibration or calibration_for(system.gpu.name, train.framework)
+    grid = RankGrid(train.tp, train.cp, train.dp, train.pp, train.ep, train.etp)
+    wanted = tuple(range(grid.world)) if ranks is None else ranks
+    bad = [r for r in wanted if not 0 <= r < grid.world]
+    if bad:
+        raise ConfigError(f"ranks {bad} are outside the world of {grid.world} GPUs")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    chunks = chunks_per_rank(train)
+    order = stage_order(train.pipeline_schedule, train.pp, chunks)
+    groups: dict[tuple[int, ...], int] = {}
+    programs: dict[int, tuple[list[Slot], list[bytes]]] = {}
+    paths, counts = [], []
+    for rank in wanted:
+        pp_rank = grid.coords(rank)[3]
+        if pp_rank not in programs:
+            slots = rank_program(model, system, train, pp_rank, cal)
+            programs[pp_rank] = (slots, [encode_node(s.node) for s in slots])
+        slots, cached = programs[pp_rank]
+        encoded = (
+            blob if slot.group is None and slot.peer_stage is None else blob + _finish(slot, rank, grid, order, groups)
+            for slot, blob in zip(slots, cached, strict=True)
+        )
+        meta = GlobalMetadata(
+            attrs=[
+                Attr("generator", "string", "paraplan"),
+                Attr("rank", "int64", rank),
+                Attr("world_size", "int64", grid.world),
+                Attr("model", "string", model.name),
+            ]
+        )
+        path = out / f"{prefix}.{rank}.et"
+        write_trace(path, meta, encoded)
+        paths.append(path)
+        counts.append(len(slots))
+    groups_path = out / "comm_group.json"
+    groups_path.write_text(json.dumps({str(i): list(m) for m, i in groups.items()}, indent=1) + "\n")
+    return ChakraExport(tuple(paths), groups_path, tuple(counts))
