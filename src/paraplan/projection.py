@@ -18,7 +18,9 @@ from paraplan.graph.ops import CommAxis, CommKind, Op
 from paraplan.graph.partition import chunks_per_rank, virtual_stages
 from paraplan.memory.model import MemoryResult, rank_memory, state_bytes
 from paraplan.result import Projection
-from paraplan.sim.pipeline import PipelineInput, StageChunk, play_pipeline
+from paraplan.sim.costs import ChunkCost, PipelineCosts
+from paraplan.sim.pipeline import ChunkExtras, play_pipeline
+from paraplan.sim.schedules import chunk_model_stage
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
@@ -116,17 +118,14 @@ def project_specs(
     ctx = _CTX_REGISTRY[ctx_key]
     stages = virtual_stages(model, train)
     chunks = chunks_per_rank(train)
-    order = stage_rank_chunk(train.pipeline_schedule, train.pp, chunks)
+    holder = chunk_model_stage(train.pipeline_schedule, train.pp, train.vpp)
     layer_input_bytes = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
 
-    grid: list[list[StageChunk | None]] = [[None] * chunks for _ in range(train.pp)]
-    rank_dense_params = [0.0] * train.pp
-    rank_expert_params = [0.0] * train.pp
+    stage_costs: list[tuple[ChunkCost, ChunkExtras, float, float]] = []
     max_layer_params = 0.0
     max_full_saved = 0.0
     flops_model = flops_hw = 0.0
     for stage in stages:
-        rank, chunk = order[stage.index]
         f = b = w = recompute = saved = dense_p = expert_p = 0.0
         comm_total: dict[str, float] = {}
         comm_exposed: dict[str, float] = {}
@@ -161,17 +160,14 @@ def project_specs(
                 max_layer_params = max(max_layer_params, cost.dense_params + cost.expert_params)
                 if mode == "full":
                     max_full_saved = max(max_full_saved, cost.full_saved_bytes)
-        rank_dense_params[rank] += dense_p
-        rank_expert_params[rank] += expert_p
         flops_model += 3 * stage_flops
         flops_hw += 3 * stage_flops + stage_recompute_flops
         units = max(1, stage.num_layers) * (FSDP_TENSORS_PER_LAYER.get(train.framework, 1))
         dp_grad, dp_gather, fsdp_gather, fsdp_rs = _dp_times(dense_p, expert_p, train, system, cal, ctx.groups, units)
-        grid[rank][chunk] = StageChunk(
+        chunk_cost = ChunkCost(
             forward_s=f + cal.microbatch_overhead_s / chunks,
             backward_input_s=b,
             backward_weight_s=w,
-            recompute_s=recompute,
             comm_total_s=comm_total,
             comm_exposed_s=comm_exposed,
             activation_bytes=saved,
@@ -179,9 +175,14 @@ def project_specs(
             dp_param_gather_s=dp_gather,
             fsdp_gather_s=fsdp_gather,
             fsdp_reduce_scatter_s=fsdp_rs,
-            profiled_s=profiled,
-            host_bound_s=host,
+            recompute_s=recompute,
         )
+        stage_costs.append((chunk_cost, ChunkExtras(host_bound_s=host, profiled_s=profiled), dense_p, expert_p))
+    # rank r, local chunk c holds model stage holder[r][c] (DualPipe's second chunk is a copy)
+    grid = tuple(tuple(stage_costs[index][0] for index in row) for row in holder)
+    extras = tuple(tuple(stage_costs[index][1] for index in row) for row in holder)
+    rank_dense_params = [sum(stage_costs[i][2] for i in row) for row in holder]
+    rank_expert_params = [sum(stage_costs[i][3] for i in row) for row in holder]
     p2p_bytes = layer_input_bytes
     p2p_s = (
         collective_time_s(CommKind.SEND_RECV, p2p_bytes, ctx.groups[CommAxis.PP], system, cal) if train.pp > 1 else 0
@@ -191,25 +192,26 @@ def project_specs(
         _optimizer_time(rank_dense_params[r], rank_expert_params[r], train, edp, system, cal) for r in range(train.pp)
     ]
     pipeline = play_pipeline(
-        PipelineInput(
+        PipelineCosts(
             schedule=train.pipeline_schedule,
             num_microbatches=train.num_microbatches,
-            chunks=tuple(tuple(c for c in row if c is not None) for row in grid),
+            chunks=grid,
             p2p_s=p2p_s,
             optimizer_s=tuple(optimizer_s),
             overlap_grad_reduce=train.overlap_grad_reduce,
             overlap_param_gather=train.overlap_param_gather,
-            step_overhead_s=cal.step_overhead_s,
+            ep_overlap=train.moe_ep_overlap or None,
         ),
+        extras,
+        cal.step_overhead_s,
         record_events=options.record_events,
     )
     # memory per rank
-    copies = 2 if train.pipeline_schedule == "dualpipe" else 1
     ranks = []
     for r in range(train.pp):
         states = state_bytes(
-            rank_dense_params[r] * copies,
-            rank_expert_params[r] * copies,
+            rank_dense_params[r],
+            rank_expert_params[r],
             train,
             edp,
             gathered_params=2 * max_layer_params if train.shards_params else 0.0,
@@ -263,13 +265,6 @@ def model_flops_per_sequence(model: ModelSpec, seq: int, attention_backend: str 
     return 3.0 * total
 
 
-def stage_rank_chunk(schedule: str, pp: int, chunks: int) -> list[tuple[int, int]]:
-    """Model order of virtual stages as (rank, chunk)."""
-    from paraplan.sim.layout import stage_order
-
-    return stage_order(schedule, pp, chunks)
-
-
 # Collectives per layer under FSDP/ZeRO-3: torch FSDP and Megatron FSDP gather one flat unit per layer;
 # DeepSpeed ZeRO-3 (2021, as in Narayanan et al. SC21 Table 2) fetched each parameter tensor on its own
 # (a GPT layer has 12: four weights, four biases, two norms' weight and bias).
@@ -298,12 +293,14 @@ def _dp_times(
 
     if train.shards_params:
         u = fsdp_units
-        gather = u * (coll(CommKind.ALL_GATHER, dense_params / u, 2, dp_group) + coll(
-            CommKind.ALL_GATHER, expert_params / u, 2, edp_group
-        ))
-        rs = u * (coll(CommKind.REDUCE_SCATTER, dense_params / u, 4, dp_group) + coll(
-            CommKind.REDUCE_SCATTER, expert_params / u, 4, edp_group
-        ))
+        gather = u * (
+            coll(CommKind.ALL_GATHER, dense_params / u, 2, dp_group)
+            + coll(CommKind.ALL_GATHER, expert_params / u, 2, edp_group)
+        )
+        rs = u * (
+            coll(CommKind.REDUCE_SCATTER, dense_params / u, 4, dp_group)
+            + coll(CommKind.REDUCE_SCATTER, expert_params / u, 4, edp_group)
+        )
         return 0.0, 0.0, gather, rs
     if train.shards_optimizer:
         grad = coll(CommKind.REDUCE_SCATTER, dense_params, grad_bytes, dp_group) + coll(

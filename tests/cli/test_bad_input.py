@@ -30,15 +30,18 @@ def assert_bad(result, *fragments: str) -> list[str]:
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        (["--gpus", "16", "--tp", "4", "--pp", "2", "--dp", "3", "--gbs", "48"], "world size tp*pp*cp*dp = 4*2*1*3 = 24"),
+        (
+            ["--gpus", "16", "--tp", "4", "--pp", "2", "--dp", "3", "--gbs", "48"],
+            "world size tp*pp*cp*dp = 4*2*1*3 = 24",
+        ),
         (["--gpus", "12", "--tp", "3", "--gbs", "4"], "attention heads 32 must be divisible by tp 3"),
         (["--gpus", "16", "--tp", "16", "--gbs", "16"], "KV groups 8 must be divisible by tp 16"),
         (["--gpus", "8", "--pp", "8", "--vpp", "3", "--gbs", "64"], "must divide evenly"),
         (["--gpus", "8", "--mbs", "3", "--gbs", "32"], "global batch 32 must be divisible by mbs*dp = 3*8 = 24"),
-        (["--gpus", "8", "--pp", "4", "--vpp", "2", "--gbs", "4"], "micro-batches 2"),
+        (["--gpus", "8", "--pp", "4", "--vpp", "2", "--gbs", "4"], "interleaved 1F1B needs micro-batches"),
         (["--gpus", "8", "--fsdp", "--distributed-optimizer", "--gbs", "8"], "FSDP and the distributed optimizer"),
         (["--gpus", "8", "--gbs", "8", "--precision", "nvfp4"], "nvfp4 is not supported by h100-sxm5-80gb"),
-        (["--gpus", "8", "--gbs", "8", "--schedule", "zigzag"], "unknown pipeline schedule 'zigzag'"),
+        (["--gpus", "8", "--gbs", "8", "--schedule", "zigzag"], "pipeline schedule 'zigzag' is unknown"),
         (["--gpus", "8", "--gbs", "8", "--ep", "2"], "needs an MoE model"),
     ],
 )
@@ -58,8 +61,12 @@ def test_experts_divisible_by_ep() -> None:
 
 
 def test_unknown_presets() -> None:
-    assert_bad(run(["project", "--model", "gpt-5", "--gpu", "h100-sxm5-80gb", "--gpus", "8"]), "unknown model preset 'gpt-5'")
-    assert_bad(run(["project", "--model", "llama3.1-8b", "--gpu", "h1000", "--gpus", "8"]), "unknown GPU preset 'h1000'")
+    assert_bad(
+        run(["project", "--model", "gpt-5", "--gpu", "h100-sxm5-80gb", "--gpus", "8"]), "unknown model preset 'gpt-5'"
+    )
+    assert_bad(
+        run(["project", "--model", "llama3.1-8b", "--gpu", "h1000", "--gpus", "8"]), "unknown GPU preset 'h1000'"
+    )
 
 
 def test_missing_fields() -> None:
@@ -79,7 +86,9 @@ def test_malformed_files(tmp_path: Path) -> None:
     assert_bad(run(["project", "--model", str(missing), "--gpu", "h100-sxm5-80gb", "--gpus", "8"]), "num_hidden_layers")
     bad_yaml = tmp_path / "sys.yaml"
     bad_yaml.write_text("gpu: [unclosed\n")
-    assert_bad(run(["project", "--model", "llama3.1-8b", "--system-file", str(bad_yaml), "--gpus", "8"]), "not valid YAML")
+    assert_bad(
+        run(["project", "--model", "llama3.1-8b", "--system-file", str(bad_yaml), "--gpus", "8"]), "not valid YAML"
+    )
     unknown = tmp_path / "sys2.yaml"
     unknown.write_text("gpu: h100-sxm5-80gb\nnum_gpus: 8\nwarp_drive: true\n")
     assert_bad(run(["project", "--model", "llama3.1-8b", "--system-file", str(unknown)]), "unknown field 'warp_drive'")

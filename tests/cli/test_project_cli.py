@@ -27,7 +27,9 @@ def test_project_is_deterministic() -> None:
 
 
 def test_rich_table_and_memory_command() -> None:
-    result = runner.invoke(app, ["project", "--model", "llama3.1-8b", "--gpu", "a100-sxm4-80gb", "--gpus", "8", "--gbs", "64"])
+    result = runner.invoke(
+        app, ["project", "--model", "llama3.1-8b", "--gpu", "a100-sxm4-80gb", "--gpus", "8", "--gbs", "64"]
+    )
     assert result.exit_code == 0
     assert "step time" in result.output and "MFU" in result.output
     result = runner.invoke(app, ["memory", "--model", "llama3.1-8b", "--gpu", "a100-sxm4-80gb", "--gpus", "8", "--gbs", "64",
@@ -41,7 +43,9 @@ def test_catalog_commands() -> None:
     names = {m["name"] for m in json.loads(models.output)}
     assert {"gpt3-175b", "llama3.1-405b", "deepseek-v3", "nemotron4-340b", "qwen3-235b-a22b"} <= names
     gpus = runner.invoke(app, ["gpus", "--json"])
-    assert {"a100-sxm4-80gb", "h100-sxm5-80gb", "b200", "gb200-nvl72", "mi325x"} <= {g["name"] for g in json.loads(gpus.output)}
+    assert {"a100-sxm4-80gb", "h100-sxm5-80gb", "b200", "gb200-nvl72", "mi325x"} <= {
+        g["name"] for g in json.loads(gpus.output)
+    }
 
 
 def test_explicit_model_fields() -> None:

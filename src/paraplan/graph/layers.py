@@ -354,7 +354,9 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
         )
     if shard.ep > 1:
         ops.append(_comm("ep_combine", CommKind.ALL_TO_ALL, CommAxis.EP, shard.ep, dispatch_bytes, tags=MOE))
-    ops.append(_elementwise("unpermute", 2 * ACT_BYTES * routed_pairs * h, saved=4 * routed_pairs, tags=MOE, host_ops=4))
+    ops.append(
+        _elementwise("unpermute", 2 * ACT_BYTES * routed_pairs * h, saved=4 * routed_pairs, tags=MOE, host_ops=4)
+    )
     if model.moe_shared_expert_intermediate_size:
         ops += _tp_enter("tp_ag_shared", shard, h)
         ops += _mlp_body(

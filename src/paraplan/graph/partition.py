@@ -1,9 +1,15 @@
-"""Which decoder layers sit on which virtual pipeline stage, and what else each stage holds."""
+"""Which decoder layers sit on which model stage, and what else each stage holds.
+
+The schedule decides how many model stages there are and which (rank, local chunk) holds each
+(`paraplan.sim.schedules.stage_order`): pp for 1F1B-like schedules and DualPipe (whose second chunk per
+rank is a copy), pp * vpp for interleaved 1F1B, 2 * pp for the V schedules.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paraplan.sim import schedules as S
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.training import TrainingSpec
 
@@ -11,14 +17,17 @@ V_SCHEDULES = ("zb-v", "dualpipev", "dualpipe")
 
 
 def chunks_per_rank(train: TrainingSpec) -> int:
-    if train.pipeline_schedule in V_SCHEDULES:
-        return 2
-    return train.vpp if train.pipeline_schedule == "interleaved" else 1
+    return S.chunks_per_rank(train.pipeline_schedule, train.vpp)
+
+
+def model_stage_ranks(train: TrainingSpec) -> list[tuple[int, int]]:
+    """(rank, local chunk) of each model stage, in model order."""
+    return S.stage_order(train.pipeline_schedule, train.pp, train.vpp)
 
 
 @dataclass(frozen=True, slots=True)
 class VirtualStage:
-    """One model chunk in model order: decoder layers [first_layer, first_layer + num_layers)."""
+    """One model stage (chunk) in model order: decoder layers [first_layer, first_layer + num_layers)."""
 
     index: int
     first_layer: int
@@ -28,15 +37,14 @@ class VirtualStage:
 
 
 def layers_per_virtual_stage(model: ModelSpec, train: TrainingSpec) -> list[int]:
-    chunks = chunks_per_rank(train)
-    n_virtual = train.pp * chunks
+    order = model_stage_ranks(train)
     if train.pipeline_layout is not None:
         return list(train.pipeline_layout)
     first, last = train.decoder_first_pipeline_num_layers, train.decoder_last_pipeline_num_layers
     per_rank = [0] * train.pp
     rest_ranks = list(range(train.pp))
     # Megatron's --account-for-embedding/loss-in-pipeline-split: the embedding and the loss each take
-    # the place of one decoder layer on the first and last virtual stage.
+    # the place of one decoder layer on the first and last model stage.
     extra_first = int(train.account_for_embedding_in_pipeline_split)
     extra_last = int(train.account_for_loss_in_pipeline_split)
     remaining = model.num_layers + extra_first + extra_last
@@ -52,12 +60,16 @@ def layers_per_virtual_stage(model: ModelSpec, train: TrainingSpec) -> list[int]
         base, extra = divmod(remaining, len(rest_ranks))
         for i, r in enumerate(rest_ranks):
             per_rank[r] = base + (1 if i < extra else 0)
-    # a rank's layers are spread over its chunks; virtual stage v = chunk * pp + rank (Megatron order)
-    counts = [0] * n_virtual
+    # a rank's layers are spread over the model stages it holds
+    stages_of_rank: dict[int, list[int]] = {}
+    for index, (rank, _chunk) in enumerate(order):
+        stages_of_rank.setdefault(rank, []).append(index)
+    counts = [0] * len(order)
     for rank, layers in enumerate(per_rank):
-        base, extra = divmod(layers, chunks)
-        for c in range(chunks):
-            counts[c * train.pp + rank] = base + (1 if c < extra else 0)
+        own = stages_of_rank.get(rank, [])
+        base, extra = divmod(layers, max(1, len(own)))
+        for i, index in enumerate(own):
+            counts[index] = base + (1 if i < extra else 0)
     counts[0] -= extra_first
     counts[-1] -= extra_last
     return counts

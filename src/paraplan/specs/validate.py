@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from paraplan.errors import ConfigError
+from paraplan.sim.schedules import stage_order, validate_schedule
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.training import PRECISIONS, RECOMPUTES, SCHEDULES, TrainingSpec
-
-_V_SCHEDULES = ("zb-v", "dualpipev", "dualpipe")
+from paraplan.specs.training import PRECISIONS, RECOMPUTES, TrainingSpec
 
 
 def resolve_dp(train: TrainingSpec, system: SystemSpec) -> TrainingSpec:
@@ -53,8 +52,6 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"global batch {train.gbs} must be divisible by mbs*dp = {train.mbs}*{dp} = {train.mbs * dp}")
     m = train.num_microbatches
     schedule = train.pipeline_schedule
-    if schedule not in SCHEDULES:
-        p.append(f"unknown pipeline schedule '{schedule}': choose one of {', '.join(SCHEDULES)}")
     if train.precision not in PRECISIONS:
         p.append(f"unknown precision '{train.precision}': choose one of {', '.join(PRECISIONS)}")
     elif not system.gpu.supports(train.precision):
@@ -63,21 +60,16 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"precision {train.precision} needs a Blackwell-class GPU (got {system.gpu.name})")
     if train.recompute_granularity not in RECOMPUTES:
         p.append(f"unknown recompute '{train.recompute_granularity}': choose one of {', '.join(RECOMPUTES)}")
-    if vpp > 1 and schedule not in ("interleaved",) and schedule not in _V_SCHEDULES:
-        p.append(f"vpp {vpp} > 1 needs the interleaved schedule (got {schedule})")
-    if schedule == "interleaved" and pp > 1 and m % pp:
-        p.append(f"interleaved 1F1B needs micro-batches {m} divisible by pp {pp} (Megatron rule)")
-    if schedule in ("interleaved", "zb-h1") and pp > 1 and m < pp:
-        p.append(f"{schedule} needs at least pp micro-batches: {m} < pp {pp}")
-    if schedule in ("zb-v", "dualpipev") and m < 2 * pp:
-        p.append(f"{schedule} needs at least 2*pp micro-batches: {m} < {2 * pp}")
-    if schedule == "dualpipe" and (pp % 2 or m < 2 * pp or m % 2):
-        p.append(f"dualpipe needs an even pp and an even number of micro-batches >= 2*pp (pp={pp}, m={m})")
-    # layers per virtual stage
-    chunks = pp * (2 if schedule in _V_SCHEDULES else vpp)
+    schedule_problems = validate_schedule(schedule, pp, vpp, m)  # the schedules' own rules
+    p += schedule_problems
+    if schedule_problems:
+        return p
+    # layers per model stage
+    n_stages = len(stage_order(schedule, pp, vpp))
+    chunks = n_stages // pp
     if train.pipeline_layout is not None:
-        if len(train.pipeline_layout) != chunks:
-            p.append(f"pipeline layout has {len(train.pipeline_layout)} stages, expected pp*chunks = {chunks}")
+        if len(train.pipeline_layout) != n_stages:
+            p.append(f"pipeline layout has {len(train.pipeline_layout)} stages, the {schedule} schedule has {n_stages}")
         if sum(train.pipeline_layout) != model.num_layers:
             p.append(f"pipeline layout sums to {sum(train.pipeline_layout)} layers, model has {model.num_layers}")
     else:
@@ -87,10 +79,10 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         rest_stages = pp - (first is not None) - (last is not None)
         if (first is not None or last is not None) and pp < 2:
             p.append("decoder first/last pipeline layers need pp >= 2")
-        elif rest_stages > 0 and (rest_layers < 0 or rest_layers % (rest_stages * (chunks // pp))):
+        elif rest_stages > 0 and (rest_layers < 0 or rest_layers % (rest_stages * chunks)):
             p.append(
-                f"layers {rest_layers} (after uneven first/last stages) must divide evenly over "
-                f"{rest_stages} stages x {chunks // pp} chunks"
+                f"layers {rest_layers} must divide evenly over {rest_stages} pipeline stages x {chunks} chunks "
+                f"(give --pipeline-layout or uneven first/last stages)"
             )
         elif rest_stages == 0 and rest_layers != 0:
             p.append(f"first + last pipeline layers must equal the model's {model.num_layers} layers with pp=2")

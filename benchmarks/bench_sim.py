@@ -1,0 +1,74 @@
+"""simulate() for interleaved 1F1B, pp=16, vpp=8, 128 micro-batches (32,768 F/B tasks): target < 20 ms.
+
+Prints the warm time (the schedule's task graph cached: what the tuner sees for every configuration after
+the first with the same pp, vpp and micro-batch count), the cold time (empty caches: the first call for a
+shape), and their ratio to the target. Run: python benchmarks/bench_sim.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from paraplan.sim.costs import uniform_chunk, uniform_costs
+from paraplan.sim.engine import simulate
+from paraplan.sim.plan import build_plan
+from paraplan.sim.schedules import rank_programs
+
+TARGET_MS = 20.0
+
+
+def costs(p2p_s: float = 2e-5):
+    chunk = uniform_chunk(
+        1.1e-3,
+        2.0e-3,
+        1.0e-3,
+        activation_bytes=2.1e9,
+        comm_total_s={"tp": 4e-4},
+        comm_exposed_s={"tp": 1.5e-4},
+        dp_grad_reduce_s=6e-3,
+        dp_param_gather_s=3e-3,
+    )
+    return uniform_costs(
+        "interleaved",
+        16,
+        128,
+        chunk,
+        vpp=8,
+        p2p_s=p2p_s,
+        optimizer_s=4e-3,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+    )
+
+
+def timed(fn) -> tuple[float, float]:
+    """(wall ms, process CPU ms): CPU time is what counts on a shared machine."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return (time.perf_counter() - wall) * 1e3, (time.process_time() - cpu) * 1e3
+
+
+def main() -> None:
+    cold = []
+    for _ in range(5):
+        build_plan.cache_clear()
+        rank_programs.cache_clear()
+        c = costs()
+        cold.append(timed(lambda c=c: simulate(c)))
+    warm = []
+    for i in range(30):
+        c = costs(p2p_s=2e-5 * (1 + i % 3))  # new durations each call; the shape stays cached
+        warm.append(timed(lambda c=c: simulate(c)))
+    result = simulate(costs())
+    print(f"interleaved pp=16 vpp=8 m=128, {16 * 8 * 128 * 2} F/B tasks, step {result.step_time_s * 1e3:.1f} ms")
+    for name, runs in (("warm", warm), ("cold", cold)):
+        wall = statistics.median(w for w, _ in runs)
+        cpu = statistics.median(c for _, c in runs)
+        note = "" if name == "warm" else "; first call per shape"
+        ratio = cpu / TARGET_MS
+        print(f"{name}: {wall:6.1f} ms wall, {cpu:6.1f} ms CPU  ({ratio:.2f} x the {TARGET_MS:.0f} ms target{note})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,364 @@
+"""The task graph of one schedule, as flat arrays (built with numpy once per shape, cached).
+
+A task is what the compute stream of a rank runs in one go: one action, or an overlapped F&B pair. Tasks
+are numbered 1..n rank by rank in execution order, so rank r owns the ids lo[r]..hi[r]-1 and the task
+before i on its rank is i-1. Durations are looked up per call through `cost_key`; everything else depends
+only on (schedule, pp, chunks, micro-batches, pairing) and is shared by all calls with that shape.
+
+Time slots: the engines keep one flat list of times. Slot 0 holds 0.0 (no dependency); slots 1..n hold the
+end of task i; then one slot per point-to-point send (arrival time at the consumer); then one release slot
+per (rank, chunk) holding the earliest start of that chunk's first forward (parameter all-gather).
+Only cross-rank inputs are dependencies: a same-rank input is always earlier in the rank's order (checked
+here), so it has ended before the task starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+
+import numpy as np
+
+from paraplan.sim.schedules import (
+    BW,
+    KIND_NAMES,
+    Action,
+    B,
+    F,
+    W,
+    chunks_per_rank,
+    rank_programs,
+    stage_paths,
+)
+
+N_KINDS = 4  # F, B, W, BW
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    schedule: str
+    pp: int
+    n_chunks: int
+    num_microbatches: int
+    paired: bool
+    n_tasks: int
+    lo: tuple[int, ...]  # first task id of each rank
+    hi: tuple[int, ...]  # one past the last task id of each rank
+    task_rank: np.ndarray  # [1 + n]
+    first_action: np.ndarray  # [1 + n + 1]: actions of task i are first_action[i]..first_action[i+1]-1
+    action_kind: np.ndarray  # per action, all ranks concatenated in execution order
+    action_chunk: np.ndarray
+    action_mb: np.ndarray
+    dep_slots: np.ndarray  # [1 + n, max_deps] time slots a task waits for (0 = none)
+    send_slots: np.ndarray  # [1 + n, 2] send slots a task fills when it ends, in FIFO order (0 = none)
+    send_producer: np.ndarray  # per send slot (offset by send_base): producing task
+    send_base: int
+    release_base: int
+    n_slots: int
+    cost_key: np.ndarray  # [1 + n] index into the duration table
+    pair_keys: tuple[tuple[int, int, int, int], ...]  # (rank, F chunk, B kind, B chunk) per pair key
+    key_counts: np.ndarray  # [pp, n_keys]: tasks of each cost key per rank
+    first_forward: tuple[tuple[int, ...], ...]  # [rank][chunk] -> task of the chunk's first forward (0 = none)
+    last_weight: tuple[tuple[int, ...], ...]  # [rank][chunk] -> task of the chunk's last weight gradient
+    inflight_vectors: tuple[np.ndarray, ...]  # per rank: candidate peak live (chunk, micro-batch) counts
+    peak_inflight_chunks: tuple[int, ...]  # per rank: the most live (chunk, micro-batch)s at once
+    microbatches_per_chunk: tuple[tuple[int, ...], ...]  # [rank][chunk]
+    sends_per_rank: tuple[int, ...]
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
+    """Filled by the engine: the topological order found by the first run, reused by later runs."""
+
+    @property
+    def n_keys(self) -> int:
+        return self.pp * self.n_chunks * N_KINDS + len(self.pair_keys)
+
+    @property
+    def max_deps(self) -> int:
+        return self.dep_slots.shape[1]
+
+    def base_key(self, rank: int, chunk: int, kind: int) -> int:
+        return (rank * self.n_chunks + chunk) * N_KINDS + kind
+
+    def actions(self, task: int) -> tuple[Action, ...]:
+        a, b = int(self.first_action[task]), int(self.first_action[task + 1])
+        return tuple((int(self.action_kind[k]), int(self.action_chunk[k]), int(self.action_mb[k])) for k in range(a, b))
+
+    def task_name(self, task: int) -> str:
+        return " + ".join(f"{KIND_NAMES[k]} c{c} mb{mb}" for k, c, mb in self.actions(task))
+
+    @cached_property
+    def rows(self) -> tuple[list, ...]:
+        """Per task lists for the pure-Python loops: (dep slots..., send slot 0, send slot 1)."""
+        deps = tuple(self.dep_slots[:, j].tolist() for j in range(self.max_deps))
+        return (*deps, self.send_slots[:, 0].tolist(), self.send_slots[:, 1].tolist())
+
+    def deps(self, task: int) -> list[int]:
+        """The time slots `task` waits for besides the previous task on its rank."""
+        return [col[task] for col in self.rows[:-2] if col[task]]
+
+
+def _neighbour_tables(schedule: str, pp: int, vpp: int, n_chunks: int) -> tuple[np.ndarray, np.ndarray]:
+    """[rank, chunk] -> rank*n_chunks+chunk of the stage before / after it on its path (-1 at the ends)."""
+    up = np.full((pp, n_chunks), -1, dtype=np.int64)
+    down = np.full((pp, n_chunks), -1, dtype=np.int64)
+    for path in stage_paths(schedule, pp, vpp):
+        for i, (rank, chunk) in enumerate(path):
+            if i > 0:
+                up[rank, chunk] = path[i - 1][0] * n_chunks + path[i - 1][1]
+            if i + 1 < len(path):
+                down[rank, chunk] = path[i + 1][0] * n_chunks + path[i + 1][1]
+    return up, down
+
+
+def _unique_rows(rows: np.ndarray) -> np.ndarray:
+    """np.unique(rows, axis=0), fast: rows of small counts are packed into one integer each."""
+    base = int(rows.max()) + 1 if rows.size else 1
+    if base ** rows.shape[1] >= 2**62:
+        return np.unique(rows, axis=0)
+    weights = base ** np.arange(rows.shape[1] - 1, -1, -1, dtype=np.int64)
+    packed = np.unique(rows @ weights)
+    return (packed[:, None] // weights[None, :]) % base
+
+
+def _peak_candidates(rows: np.ndarray) -> np.ndarray:
+    """The distinct rows, without those another row dominates componentwise when that check is cheap:
+    any weighted peak (activation bytes per chunk) is the max of a dot product over them."""
+    v = _unique_rows(rows).astype(np.float64)
+    if len(v) <= 128:
+        ge = (v[:, None, :] >= v[None, :, :]).all(axis=2)  # ge[i, j]: row i >= row j everywhere
+        v = v[ge.sum(axis=0) == 1]  # dominated by itself only
+    return v
+
+
+def _group_columns(owner: np.ndarray, values: np.ndarray, n_rows: int) -> np.ndarray:
+    """Scatter `values` into a [n_rows, width] matrix, row `owner`, in the given order (0 = empty)."""
+    if len(owner) == 0:
+        return np.zeros((n_rows, 0), dtype=np.int64)
+    order = np.argsort(owner, kind="stable")
+    owner, values = owner[order], values[order]
+    first = np.searchsorted(owner, owner, side="left")
+    column = np.arange(len(owner)) - first
+    out = np.zeros((n_rows, int(column.max()) + 1), dtype=np.int64)
+    out[owner, column] = values
+    return out
+
+
+def _acyclic_pairs(
+    starts: np.ndarray, cons: np.ndarray, prod: np.ndarray, offset: np.ndarray, lengths: np.ndarray
+) -> np.ndarray:
+    """The pair starts that keep the static orders runnable. Plays the orders with pairs (an action runs
+    once its cross-rank inputs ran; a pair needs both its actions' inputs); when every rank is stuck, the
+    pairs at the heads of the stuck ranks are split, and the play goes on."""
+    n_actions = int(lengths.sum())
+    order = np.argsort(cons, kind="stable")
+    prod_sorted = prod[order].tolist()
+    bounds = np.searchsorted(cons[order], np.arange(n_actions + 1)).tolist()
+    is_start = bytearray(n_actions + 1)
+    for k in starts.tolist():
+        is_start[k] = 1
+    done = bytearray(n_actions)
+    pp = len(lengths)
+    cur = offset.tolist()
+    end = (offset + lengths).tolist()
+    left = n_actions
+
+    def ready(k: int) -> bool:
+        return all(done[p] for p in prod_sorted[bounds[k] : bounds[k + 1]])
+
+    sweep = 0
+    while left:
+        moved = 0
+        for r in range(pp) if sweep % 2 == 0 else reversed(range(pp)):
+            k = cur[r]
+            while k < end[r]:
+                width = 2 if is_start[k] else 1
+                if not all(ready(j) for j in range(k, k + width)):
+                    break
+                for j in range(k, k + width):
+                    done[j] = 1
+                k += width
+            moved += k - cur[r]
+            cur[r] = k
+        if not moved:
+            heads = [cur[r] for r in range(pp) if cur[r] < end[r] and is_start[cur[r]]]
+            if not heads:
+                raise ValueError("the static orders deadlock even without F&B pairs")
+            for k in heads:
+                is_start[k] = 0
+        left -= moved
+        sweep += 1
+    return np.array([k for k in starts.tolist() if is_start[k]], dtype=np.int64)
+
+
+@lru_cache(maxsize=16)  # a 32k-task plan with its loop lists holds about 13 MB
+def build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired: bool) -> Plan:
+    """The cached task graph; raises ValueError if a rank's order runs an action before its input."""
+    m = num_microbatches
+    n_chunks = chunks_per_rank(schedule, vpp)
+    programs = rank_programs(schedule, pp, vpp, m, paired)
+    lengths = np.array([len(p.actions) for p in programs], dtype=np.int64)
+    flat = np.fromiter(
+        itertools.chain.from_iterable(itertools.chain.from_iterable(p.actions for p in programs)), dtype=np.int64
+    ).reshape(-1, 3)
+    kind, chunk, mb = flat[:, 0].copy(), flat[:, 1].copy(), flat[:, 2].copy()
+    n_actions = len(kind)
+    rank = np.repeat(np.arange(pp, dtype=np.int64), lengths)
+    offset = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+
+    # 1. producers: the action whose output each action consumes
+    stage = rank * n_chunks + chunk
+    code = stage * m + mb
+    is_f = kind == F
+    is_b = (kind == B) | (kind == BW)
+    f_action = np.full(pp * n_chunks * m, -1, dtype=np.int64)
+    b_action = np.full(pp * n_chunks * m, -1, dtype=np.int64)
+    f_action[code[is_f]] = np.flatnonzero(is_f)
+    b_action[code[is_b]] = np.flatnonzero(is_b)
+    up, down = _neighbour_tables(schedule, pp, vpp, n_chunks)
+    up_s, down_s = up.ravel()[stage], down.ravel()[stage]
+    consumers, producers = [], []
+    sel = np.flatnonzero(is_f & (up_s >= 0))  # F needs the previous stage's F
+    consumers.append(sel)
+    producers.append(f_action[up_s[sel] * m + mb[sel]])
+    sel = np.flatnonzero(is_b)  # B needs its own F ...
+    consumers.append(sel)
+    producers.append(f_action[code[sel]])
+    sel = np.flatnonzero(is_b & (down_s >= 0))  # ... and the next stage's B
+    consumers.append(sel)
+    producers.append(b_action[down_s[sel] * m + mb[sel]])
+    sel = np.flatnonzero(kind == W)  # W needs its own B
+    consumers.append(sel)
+    producers.append(b_action[code[sel]])
+    cons = np.concatenate(consumers)
+    prod = np.concatenate(producers)
+    if (prod < 0).any():
+        raise ValueError(f"{schedule}: an action's input never runs (pp={pp}, m={m})")
+    # 2. tasks: an F and the next B/BW of another micro-batch form one pair task when pairing, unless the
+    # pair would close a dependency cycle (then it runs as two tasks)
+    second = np.zeros(n_actions, dtype=bool)
+    if paired:
+        starts = np.array([offset[r] + k for r, p in enumerate(programs) for k in p.pairs], dtype=np.int64)
+        if len(starts):
+            ok = (kind[starts] == F) & np.isin(kind[starts + 1], (B, BW)) & (mb[starts] != mb[starts + 1])
+            starts = starts[ok]
+            cross = rank[cons] != rank[prod]
+            starts = _acyclic_pairs(starts, cons[cross], prod[cross], offset, lengths)
+            second[starts + 1] = True
+    task_of = np.cumsum(~second)  # 1-based task id of every action
+    n = int(task_of[-1]) if n_actions else 0
+    first_action = np.concatenate(([0], np.flatnonzero(~second), [n_actions]))
+    task_rank = np.concatenate(([0], rank[first_action[1:-1]]))
+    rank_first_task = task_of[offset] if n_actions else np.zeros(pp, dtype=np.int64)
+    lo = tuple(int(x) for x in rank_first_task)
+    hi = tuple(int(x) for x in np.append(rank_first_task[1:], n + 1))
+    cons_task, prod_task = task_of[cons], task_of[prod]
+    same = rank[cons] == rank[prod]
+    if (prod_task[same] >= cons_task[same]).any():
+        bad = int(np.flatnonzero(same & (prod_task >= cons_task))[0])
+        raise ValueError(
+            f"{schedule}: rank {int(rank[cons[bad]])} runs {KIND_NAMES[kind[cons[bad]]]}{chunk[cons[bad]]}."
+            f"{mb[cons[bad]]} before its input (order error)"
+        )
+
+    # 3. sends: one slot per cross-rank edge, ordered by producing action (FIFO per rank)
+    cross = np.flatnonzero(~same)
+    cross = cross[np.argsort(prod[cross], kind="stable")]
+    send_base = n + 1
+    slot = send_base + np.arange(len(cross), dtype=np.int64)
+    send_producer = prod_task[cross]
+    release_base = send_base + len(cross)
+    n_slots = release_base + pp * n_chunks
+    send_slots = _group_columns(prod_task[cross], slot, n + 1)
+    send_slots = np.pad(send_slots, ((0, 0), (0, 2 - send_slots.shape[1])))
+
+    # first forward / last weight gradient of every (rank, chunk); the first forward waits for a release
+    f_idx = np.flatnonzero(is_f)
+    uniq, first_pos = np.unique(stage[f_idx], return_index=True)
+    first_forward = np.zeros(pp * n_chunks, dtype=np.int64)
+    first_forward[uniq] = task_of[f_idx[first_pos]]
+    w_idx = np.flatnonzero((kind == W) | (kind == BW))[::-1]
+    uniq_w, last_pos = np.unique(stage[w_idx], return_index=True)
+    last_weight = np.zeros(pp * n_chunks, dtype=np.int64)
+    last_weight[uniq_w] = task_of[w_idx[last_pos]]
+    # dependency slots per task: cross-rank inputs in action order, then the release slot
+    ff_stage = np.flatnonzero(first_forward)
+    order = np.argsort(cons[cross], kind="stable")
+    dep_owner = np.concatenate((cons_task[cross][order], first_forward[ff_stage]))
+    dep_value = np.concatenate((slot[order], release_base + ff_stage))
+    dep_slots = _group_columns(dep_owner, dep_value, n + 1)
+    if dep_slots.shape[1] < 2:
+        dep_slots = np.pad(dep_slots, ((0, 0), (0, 2 - dep_slots.shape[1])))
+
+    # 4. cost keys: (rank, chunk, kind), and one key per distinct pair shape
+    base_keys = pp * n_chunks * N_KINDS
+    head = first_action[1:-1]
+    cost_key = np.zeros(n + 1, dtype=np.int64)
+    cost_key[1:] = stage[head] * N_KINDS + kind[head]
+    pair_tasks = np.flatnonzero(np.diff(first_action[1:]) == 2) + 1
+    pair_keys: tuple[tuple[int, int, int, int], ...] = ()
+    if len(pair_tasks):
+        fa = first_action[pair_tasks]
+        shape_code = ((rank[fa] * n_chunks + chunk[fa]) * N_KINDS + kind[fa + 1]) * n_chunks + chunk[fa + 1]
+        shapes, inverse = np.unique(shape_code, return_inverse=True)
+        cost_key[pair_tasks] = base_keys + inverse
+        pair_keys = tuple(
+            (
+                int(s // (n_chunks * N_KINDS * n_chunks)),
+                int(s // (N_KINDS * n_chunks) % n_chunks),
+                int(s // n_chunks % N_KINDS),
+                int(s % n_chunks),
+            )
+            for s in shapes
+        )
+    n_keys = base_keys + len(pair_keys)
+    key_counts = np.zeros((pp, n_keys))
+    np.add.at(key_counts, (task_rank[1:], cost_key[1:]), 1.0)
+
+    # 5. activations alive: from a chunk's F until its last backward pass (W or BW) ends; within a task the
+    # allocations come first, so the live counts right after each F are the candidates for the peak
+    delta = np.zeros((n_chunks, n_actions), dtype=np.int64)
+    delta[chunk[f_idx], f_idx] = 1
+    frees = np.flatnonzero((kind == W) | (kind == BW))
+    delta[chunk[frees], frees] = -1
+    live_all = np.cumsum(delta, axis=1)
+    inflight_vectors, peak_chunks = [], []
+    for r in range(pp):
+        a, b = int(offset[r]), int(offset[r] + lengths[r])
+        before = live_all[:, a - 1 : a] if a > 0 else 0
+        peaks = (live_all[:, a:b][:, is_f[a:b]] - before).T
+        vectors = _peak_candidates(np.vstack((peaks, np.zeros((1, n_chunks), dtype=np.int64))))
+        inflight_vectors.append(vectors)
+        peak_chunks.append(int(vectors.sum(axis=1).max()))
+
+    forwards = np.bincount(stage[f_idx], minlength=pp * n_chunks).reshape(pp, n_chunks)
+    sends_per_rank = np.bincount(rank[prod[cross]], minlength=pp)
+    return Plan(
+        schedule=schedule,
+        pp=pp,
+        n_chunks=n_chunks,
+        num_microbatches=m,
+        paired=paired,
+        n_tasks=n,
+        lo=lo,
+        hi=hi,
+        task_rank=task_rank,
+        first_action=first_action,
+        action_kind=kind,
+        action_chunk=chunk,
+        action_mb=mb,
+        dep_slots=dep_slots,
+        send_slots=send_slots,
+        send_producer=send_producer,
+        send_base=send_base,
+        release_base=release_base,
+        n_slots=n_slots,
+        cost_key=cost_key,
+        pair_keys=pair_keys,
+        key_counts=key_counts,
+        first_forward=tuple(tuple(int(x) for x in row) for row in first_forward.reshape(pp, n_chunks)),
+        last_weight=tuple(tuple(int(x) for x in row) for row in last_weight.reshape(pp, n_chunks)),
+        inflight_vectors=tuple(inflight_vectors),
+        peak_inflight_chunks=tuple(peak_chunks),
+        microbatches_per_chunk=tuple(tuple(int(x) for x in row) for row in forwards),
+        sends_per_rank=tuple(int(x) for x in sends_per_rank),
+    )

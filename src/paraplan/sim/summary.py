@@ -1,0 +1,140 @@
+"""From a timeline to a SimResult: step time, its named parts, exposed communication, memory peaks."""
+
+from __future__ import annotations
+
+from paraplan.sim.costs import PipelineCosts
+from paraplan.sim.plan import Plan
+from paraplan.sim.result import Event, SimResult
+from paraplan.sim.tables import DurationTables
+from paraplan.sim.timeline import Timeline
+
+
+def critical_path_waits(plan: Plan, tl: Timeline) -> dict[str, float]:
+    """Walk back from the last task to time 0 along what each task waited for, and add up the waits that
+    were communication: "pp" (send time and queueing of the inputs it waited for), "dp" (parameter
+    all-gather), "fsdp" (FSDP all-gather). Where a rank was busy until the task started, the walk stays on
+    that rank, so only waits that lengthened the step count."""
+    start, end, slots = tl.start_s, tl.end_s, tl.slots_s
+    deps, producer_of = plan.deps, plan.send_producer
+    send_base, release_base = plan.send_base, plan.release_base
+    first_of_rank = set(plan.lo)
+    waits = {"pp": 0.0, "dp": 0.0, "fsdp": 0.0}
+    lasts = [h - 1 for lo, h in zip(plan.lo, plan.hi, strict=True) if h > lo]
+    task = max(lasts, key=lambda t: (end[t], -t)) if lasts else 0
+    while task:
+        s = start[task]
+        p = 0 if task in first_of_rank else task - 1
+        busy_until = end[p] if p else 0.0
+        if s <= busy_until:
+            task = p
+            continue
+        producer = 0
+        released = False
+        for slot in deps(task):
+            if slots[slot] >= s:
+                if slot < release_base:
+                    producer = int(producer_of[slot - send_base])
+                else:
+                    released = True
+                break
+        if producer:
+            waits["pp"] += s - end[producer]
+            task = producer
+            continue
+        gate = tl.gates.get(task)
+        if gate is not None and gate[0] >= s:
+            waits[gate[1]] += s - busy_until
+        elif released:
+            waits["dp"] += s - busy_until
+        task = p
+    return waits
+
+
+def summarize(
+    plan: Plan, costs: PipelineCosts, tables: DurationTables, tl: Timeline, *, record_events: bool
+) -> SimResult:
+    pp, n_chunks = plan.pp, plan.n_chunks
+    end = tl.end_s
+    pipeline_s = max((end[h - 1] for lo, h in zip(plan.lo, plan.hi, strict=True) if h > lo), default=0.0)
+    busy = (plan.key_counts @ tables.dur_s).tolist()
+    rank_done = list(tl.rank_done_s)
+    sync_s = max(rank_done)
+    dp_tail_s = sync_s - pipeline_s
+    optimizer = costs.optimizer_per_rank_s()
+    gather_after = [
+        0.0 if costs.overlap_param_gather else sum(c.dp_param_gather_s for c in row) for row in costs.chunks
+    ]
+    post = [optimizer[r] + gather_after[r] for r in range(pp)]
+    post_rank = max(range(pp), key=lambda r: (post[r], -r))
+    step_s = sync_s + post[post_rank]
+    critical = max(range(pp), key=lambda r: (rank_done[r], busy[r], -r))
+
+    # the pipeline part, seen from the critical rank: its compute, then its idle time
+    counts = plan.key_counts[critical]
+    breakdown = {
+        "forward_compute": float(counts @ tables.forward_s),
+        "backward_compute": float(counts @ tables.backward_s),
+        "recompute": float(counts @ tables.recompute_s),
+    }
+    kinds = tuple(tables.exposed_s)
+    exposed_intra = {k: float(counts @ tables.exposed_s[k]) for k in kinds}
+    for k in kinds:
+        breakdown[f"{k}_comm_exposed"] = exposed_intra[k]
+    waits = critical_path_waits(plan, tl)
+    idle = max(0.0, pipeline_s - busy[critical])
+    pp_exposed = min(waits["pp"], idle)
+    fsdp_exposed = min(waits["fsdp"], idle - pp_exposed)
+    gather_wait = min(waits["dp"], idle - pp_exposed - fsdp_exposed)
+    breakdown["pp_p2p_exposed"] = pp_exposed
+    breakdown["fsdp_exposed"] = fsdp_exposed
+    breakdown["dp_param_gather_wait"] = gather_wait
+    breakdown["pipeline_bubble"] = idle - pp_exposed - fsdp_exposed - gather_wait
+    sync_rank = max(range(pp), key=lambda r: (rank_done[r], -r))
+    fsdp_tail = tl.tail_kind and tl.tail_kind[sync_rank] == "fsdp"
+    breakdown["fsdp_exposed"] += dp_tail_s if fsdp_tail else 0.0
+    breakdown["dp_grad_reduce_exposed"] = 0.0 if fsdp_tail else dp_tail_s
+    breakdown["optimizer"] = optimizer[post_rank]
+    breakdown["dp_param_gather_exposed"] = gather_after[post_rank]
+
+    row = costs.chunks[critical]
+    mbs = plan.microbatches_per_chunk[critical]
+    comm_total = {k: sum(n * c.comm_total_s.get(k, 0.0) for n, c in zip(mbs, row, strict=True)) for k in kinds}
+    comm_total["pp"] = plan.sends_per_rank[critical] * costs.p2p_s
+    comm_total["dp"] = sum(c.dp_grad_reduce_s + c.dp_param_gather_s for c in row)
+    comm_total["fsdp"] = sum(n * (2 * c.fsdp_gather_s + c.fsdp_reduce_scatter_s) for n, c in zip(mbs, row, strict=True))
+    comm_exposed = dict(exposed_intra)
+    comm_exposed["pp"] = pp_exposed
+    comm_exposed["dp"] = breakdown["dp_grad_reduce_exposed"] + gather_wait + gather_after[post_rank]
+    comm_exposed["fsdp"] = breakdown["fsdp_exposed"]
+
+    peak_bytes = []
+    for rank in range(pp):
+        act = [c.activation_bytes for c in costs.chunks[rank]]
+        vectors = plan.inflight_vectors[rank]
+        peak_bytes.append(float((vectors @ act).max()) if len(vectors) else 0.0)
+
+    events: tuple[Event, ...] = ()
+    if record_events:
+        tail = []
+        for rank in range(pp):
+            tail.append(Event(rank, "compute", "optimizer step", sync_s, optimizer[rank]))
+            if gather_after[rank] > 0:
+                tail.append(Event(rank, "dp", "param all-gather", sync_s + optimizer[rank], gather_after[rank]))
+        events = tuple(sorted(tl.events + tail, key=lambda e: (e.rank, e.stream, e.start_s, -e.dur_s)))
+
+    return SimResult(
+        step_time_s=step_s,
+        pipeline_time_s=pipeline_s,
+        bubble_s=tuple(pipeline_s - b for b in busy),
+        compute_busy_s=tuple(busy),
+        comm_total_s=comm_total,
+        comm_exposed_s=comm_exposed,
+        optimizer_s=optimizer[post_rank],
+        peak_inflight_microbatches=tuple(c / n_chunks for c in plan.peak_inflight_chunks),
+        peak_activation_bytes=tuple(peak_bytes),
+        critical_rank=critical,
+        events=events,
+        breakdown_s=breakdown,
+        dp_done_s=tuple(rank_done),
+        peak_inflight_chunks=plan.peak_inflight_chunks,
+    )

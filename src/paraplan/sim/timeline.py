@@ -1,0 +1,44 @@
+"""The timeline both engines produce, and the overlap rules they share.
+
+DP stream of a rank, in FIFO order (the order the jobs are issued in):
+1. with `overlap_param_gather`: the distributed-optimizer all-gather of each chunk, in order of first use,
+   at the start of the step (the previous step's gather, hidden behind the first forwards). Split in
+   buckets, the first forward of chunk c may start once the first bucket has arrived and no later bucket
+   arrives after the forward needs it: start >= gather start + max(G/n, G - (n-1)F/n)  (`param_lead_s`).
+2. FSDP (per task, prefetched one task ahead as FSDP's forward/backward prefetch does): the all-gather for
+   task k+1 is issued when task k starts; task k+1 waits for it. The reduce-scatter of a task that makes
+   weight gradients (W or BW) is issued when it ends.
+3. gradient buckets: with `overlap_grad_reduce`, the weight gradients of a chunk's last weight-gradient
+   task become ready evenly over that task, bucket b at start + (b+1)/n of it, and each bucket is reduced
+   as soon as it is ready and the stream is free (Megatron DDP bucketing); without, every chunk's
+   reduction starts after the rank's last backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from paraplan.sim.result import Event
+
+
+@dataclass
+class Timeline:
+    start_s: list[float]  # [1 + n] per task
+    end_s: list[float]  # [1 + n] per task
+    slots_s: list[float]  # every time slot of the plan (task ends, send arrivals, releases)
+    rank_done_s: list[float]  # per rank: last backward and gradient reduction both done
+    gates: dict[int, tuple[float, str]] = field(default_factory=dict)
+    """Task -> (time a DP-stream job let it start, kind "fsdp" or "dp"), besides release slots."""
+    events: list[Event] = field(default_factory=list)
+    tail_kind: list[str] = field(default_factory=list)
+    """Per rank: what finished last after its last backward, "dp" (gradient buckets) or "fsdp"."""
+
+
+def param_lead_s(gather_s: float, forward_s: float, buckets: int) -> float:
+    """How long after its parameter all-gather starts the first forward of a chunk can start."""
+    return max(gather_s / buckets, gather_s - (buckets - 1) * forward_s / buckets)
+
+
+def bucket_delay_s(task_s: float, bucket: int, buckets: int) -> float:
+    """When gradient bucket `bucket` of a chunk is ready, after its last weight-gradient task starts."""
+    return (bucket + 1) * task_s / buckets
