@@ -190,9 +190,31 @@ def _acyclic_pairs(
     return np.array([k for k in starts.tolist() if is_start[k]], dtype=np.int64)
 
 
-@lru_cache(maxsize=16)  # a 32k-task plan with its loop lists holds about 13 MB
+SMALL_PLAN_TASKS = 4096
+
+
 def build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired: bool) -> Plan:
-    """The cached task graph; raises ValueError if a rank's order runs an action before its input."""
+    """The cached task graph; raises ValueError if a rank's order runs an action before its input.
+
+    Two caches by size: many small plans (validation and tuning sweep hundreds of shapes) and a few
+    large ones (a 32k-task plan with its loop lists holds about 13 MB)."""
+    tasks = 2 * pp * chunks_per_rank(schedule, vpp) * num_microbatches
+    if tasks <= SMALL_PLAN_TASKS:
+        return _build_small(schedule, pp, vpp, num_microbatches, paired)
+    return _build_large(schedule, pp, vpp, num_microbatches, paired)
+
+
+@lru_cache(maxsize=1024)
+def _build_small(schedule: str, pp: int, vpp: int, num_microbatches: int, paired: bool) -> Plan:
+    return _build_plan(schedule, pp, vpp, num_microbatches, paired)
+
+
+@lru_cache(maxsize=32)
+def _build_large(schedule: str, pp: int, vpp: int, num_microbatches: int, paired: bool) -> Plan:
+    return _build_plan(schedule, pp, vpp, num_microbatches, paired)
+
+
+def _build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired: bool) -> Plan:
     m = num_microbatches
     n_chunks = chunks_per_rank(schedule, vpp)
     programs = rank_programs(schedule, pp, vpp, m, paired)

@@ -223,7 +223,7 @@ def _interleaved(pp: int, vpp: int, m: int, extra_warmup: int) -> tuple[RankProg
     return tuple(programs)
 
 
-@lru_cache(maxsize=8)  # build_plan caches what the engines need; this only spares rebuilding
+@lru_cache(maxsize=64)  # build_plan caches what the engines need; this only spares rebuilding
 def rank_programs(
     schedule: str, pp: int, vpp: int, num_microbatches: int, overlap_pairs: bool = False
 ) -> tuple[RankProgram, ...]:

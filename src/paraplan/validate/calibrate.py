@@ -35,7 +35,7 @@ PARAMETERS: tuple[tuple[str, str, float, float], ...] = (
 # Penalty (in MAPE points) per unit of squared log-distance from the documented default: keeps the
 # constants physical when the data cannot tell two of them apart.
 PRIOR_WEIGHT = 2.0
-MAX_ROWS_PER_SOURCE = 96
+MAX_ROWS_PER_SOURCE = 64
 
 
 @dataclass(frozen=True)
