@@ -6,11 +6,11 @@ are cached, so the tuner never recomputes a repeated sub-problem.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from paraplan.cost.block import MATMUL_KINDS, BlockContext, BlockCost, block_cost
+from paraplan.cost.block import MATMUL_KINDS, BlockContext, BlockCost, MeasuredBlock, block_cost, with_measured_compute
 from paraplan.cost.calibration import Calibration, calibration_for
 from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
 from paraplan.graph import layers as L
@@ -93,6 +93,9 @@ class ProjectionOptions:
     timer: Callable[[Op], tuple[float, str]] | None = None
     """Compute-op timer from a fitted profile: (seconds, source); None = analytic only."""
     record_events: bool = False
+    measured_blocks: Mapping[str, MeasuredBlock] | None = None
+    """Hybrid projection: measured compute per block kind ("dense", "moe", "embedding", "head", "mtp"),
+    at the target's shard shapes; communication, the schedule and everything else stay modelled."""
 
 
 def _layer_recompute(train: TrainingSpec, index_in_chunk: int) -> str:
@@ -129,7 +132,7 @@ def project_specs(
         f = b = w = recompute = saved = dense_p = expert_p = 0.0
         comm_total: dict[str, float] = {}
         comm_exposed: dict[str, float] = {}
-        stage_flops = stage_recompute_flops = profiled = host = 0.0
+        stage_flops = stage_recompute_flops = profiled = host = measured_s = 0.0
         layer_counts: dict[tuple[str, str], int] = {}
         for i in range(stage.num_layers):
             key = ("moe" if model.is_moe_layer(stage.first_layer + i) else "dense", _layer_recompute(train, i))
@@ -143,6 +146,9 @@ def project_specs(
                 parts.append(("mtp", "none", model.mtp_num_layers))
         for kind, mode, count in parts:
             cost = _cached_block(kind, model, shard, mode, ctx_key)
+            if options.measured_blocks and kind in options.measured_blocks:
+                cost = with_measured_compute(cost, options.measured_blocks[kind])
+                measured_s += (cost.forward_s + cost.backward_input_s + cost.backward_weight_s) * count
             f += cost.forward_s * count
             b += cost.backward_input_s * count
             w += cost.backward_weight_s * count
@@ -177,7 +183,8 @@ def project_specs(
             fsdp_reduce_scatter_s=fsdp_rs,
             recompute_s=recompute,
         )
-        stage_costs.append((chunk_cost, ChunkExtras(host_bound_s=host, profiled_s=profiled), dense_p, expert_p))
+        extra = ChunkExtras(host_bound_s=host, profiled_s=profiled, measured_s=measured_s)
+        stage_costs.append((chunk_cost, extra, dense_p, expert_p))
     # rank r, local chunk c holds model stage holder[r][c] (DualPipe's second chunk is a copy)
     grid = tuple(tuple(stage_costs[index][0] for index in row) for row in holder)
     extras = tuple(tuple(stage_costs[index][1] for index in row) for row in holder)

@@ -106,6 +106,7 @@ class Projection:
             },
             "cost_sources": {
                 "profiled_fraction": self.pipeline.profiled_fraction,
+                "measured_fraction": self.pipeline.measured_fraction,
                 "calibration": self.calibration.source,
             },
             "memory": self.memory.to_dict(),

@@ -7,7 +7,7 @@ backward (W), and keeps communication apart: its total and the part left on the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from paraplan.cost.calibration import Calibration
 from paraplan.cost.comm import GroupPlacement, collective_time_s
@@ -48,6 +48,39 @@ class BlockCost:
     expert_params: int  # expert parameters on this GPU, replicated over expert DP
     profiled_s: float = 0.0  # time that came from a fitted profile rather than the analytic model
     host_bound_s: float = 0.0  # time the GPU waits for the host to launch kernels (inside the times above)
+    forward_comm_exposed_s: float = 0.0  # exposed intra-layer communication inside forward_s
+    backward_comm_exposed_s: float = 0.0  # inside backward_input_s, recompute's included
+    recompute_compute_s: float = 0.0  # recompute_s without its communication
+    measured: bool = False  # compute times come from a real run of this block (hybrid projection)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredBlock:
+    """Measured compute time of one block for one micro-batch at the target's shard shapes (no
+    communication: that stays modelled). Recompute, when on, is the forward measured again."""
+
+    forward_s: float
+    backward_input_s: float
+    backward_weight_s: float
+    source: str = "measured"
+
+
+def with_measured_compute(cost: BlockCost, measured: MeasuredBlock) -> BlockCost:
+    """Replace a block's modelled compute by measured compute; keep its modelled communication."""
+    recompute_compute = measured.forward_s if cost.recompute_compute_s > 0 else 0.0
+    recompute_comm = cost.recompute_s - cost.recompute_compute_s
+    recompute = recompute_compute + recompute_comm if cost.recompute_s > 0 else 0.0
+    return replace(
+        cost,
+        forward_s=measured.forward_s + cost.forward_comm_exposed_s,
+        backward_input_s=measured.backward_input_s + cost.backward_comm_exposed_s - recompute_comm + recompute,
+        backward_weight_s=measured.backward_weight_s,
+        recompute_s=recompute,
+        recompute_compute_s=recompute_compute,
+        profiled_s=0.0,
+        host_bound_s=0.0,
+        measured=True,
+    )
 
 
 def weight_params(op: Op) -> int:
@@ -176,4 +209,7 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
         expert_params=expert_params,
         profiled_s=fwd.profiled_s + bwd.profiled_s + wgt.profiled_s,
         host_bound_s=fwd.host_bound_s + bwd.host_bound_s + wgt.host_bound_s + rec.host_bound_s,
+        forward_comm_exposed_s=sum(fwd.comm_exposed_s.values()),
+        backward_comm_exposed_s=sum(bwd.comm_exposed_s.values()) + sum(rec.comm_exposed_s.values()),
+        recompute_compute_s=rec.compute_s,
     )

@@ -21,6 +21,7 @@ class ChunkExtras:
 
     host_bound_s: float = 0.0  # host launch-bound time inside the compute times
     profiled_s: float = 0.0  # compute time that came from a fitted profile
+    measured_s: float = 0.0  # compute time that came from a real run (hybrid projection)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,7 @@ class PipelineOutcome:
     peak_inflight_microbatches: tuple[float, ...]
     peak_activation_bytes: tuple[float, ...]
     profiled_fraction: float = 0.0
+    measured_fraction: float = 0.0
     events: tuple[Event, ...] = field(default_factory=tuple)
     simulated: bool = True
     step_overhead_s: float = 0.0
@@ -63,6 +65,7 @@ def outcome_from(
     recompute = m * sum(c.recompute_s for c in row)
     host = m * sum(e.host_bound_s for e in extras[r])
     profiled = m * sum(e.profiled_s for e in extras[r])
+    measured = m * sum(e.measured_s for e in extras[r])
     exposed_inside = m * sum(sum(c.comm_exposed_s.values()) for c in row)
     busy = forward + backward
     breakdown: dict[str, float] = {}
@@ -96,6 +99,7 @@ def outcome_from(
         peak_inflight_microbatches=sim.peak_inflight_microbatches,
         peak_activation_bytes=sim.peak_activation_bytes,
         profiled_fraction=profiled / busy if busy > 0 else 0.0,
+        measured_fraction=measured / busy if busy > 0 else 0.0,
         events=sim.events,
         simulated=True,
         step_overhead_s=step_overhead_s,
