@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from paraplan.cli import reports
 from paraplan.cli.common import console, handle_errors
 
 Opt = typer.Option
@@ -23,8 +24,11 @@ def _geo_command(
     config: Annotated[str, Opt("--config", "-c", help="multi-datacenter YAML (see examples/geo/)")],
     as_json: Annotated[bool, Opt("--json", help="print one JSON object")] = False,
     trace: Annotated[str | None, Opt("--trace", help="write a Chrome/Perfetto trace of the Atlas step")] = None,
+    html: reports.HtmlOpt = None,
+    png: reports.PngOpt = None,
 ) -> None:
     """Compare DP across, PP across and Atlas placements over datacenters; what-if tables; BubbleTea."""
+    reports.check(html, png)
     from paraplan.geo.config import load_geo_config
     from paraplan.geo.planner import plan_geo
 
@@ -33,6 +37,7 @@ def _geo_command(
         from paraplan.geo.trace import write_trace
 
         write_trace(trace, report.atlas.sim, report.geo, report.bubbletea)
+    reports.write("geo_report", html, png, report)
     if as_json:
         print(json.dumps(report.to_dict(), default=float))
         return

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from paraplan.cli import reports
 from paraplan.cli.common import (
     GpuOpt,
     GpusOpt,
@@ -123,8 +124,15 @@ def _projection_command(
     chakra: Annotated[
         str | None, Opt("--chakra", help="write Chakra execution traces (one per rank) for ASTRA-sim to this folder")
     ] = None,
+    html: reports.HtmlOpt = None,
+    png: reports.PngOpt = None,
+    # --- hybrid projection (paraplan.hybrid): measured layers of the target on the local device
+    hybrid: Annotated[bool, Opt("--hybrid", help="measure the target's layers on a local device; upscale")] = False,
+    device: Annotated[str | None, Opt("--device", help="hybrid device: cpu | cuda (default: the target's)")] = None,
+    hybrid_cache: Annotated[str | None, Opt("--hybrid-cache", help="SQLite cache of hybrid measurements")] = None,
 ) -> None:
     """Project step time, throughput, MFU, the time breakdown and memory per GPU."""
+    reports.check(html, png)
     cfg = read_config_options(megatron_args, from_config, config_format, gpus, model)
     print_notes(cfg)
     model_spec = model_with_config(
@@ -197,7 +205,14 @@ def _projection_command(
     if vpp and vpp > 1 and schedule is None and train.pipeline_schedule == "1f1b":
         train = train.with_values(pipeline_schedule="interleaved")
     timer = _profile_timer(profile, system.gpu.name, analytic)
-    result = project_specs(model_spec, system, train, ProjectionOptions(timer=timer, record_events=bool(trace)))
+    if hybrid and ctx.info_name == "project":
+        from paraplan.hybrid.cli import hybrid_command
+
+        kw = dict(device=device, cache_path=hybrid_cache, as_json=as_json, trace=trace, has_profile=timer is not None)
+        if hybrid_command(model_spec, system, train, **kw):
+            return
+    record = bool(trace or html or png)
+    result = project_specs(model_spec, system, train, ProjectionOptions(timer=timer, record_events=record))
     if trace:
         _write_trace(result, trace)
     if ctx.info_name == "memory":
@@ -212,6 +227,7 @@ def _projection_command(
             (err_console if as_json else console).print(text, markup=False, highlight=False, soft_wrap=True, end="")
     if chakra:
         err_console.print(export_plan_chakra(result.model, result.system, result.train, chakra), highlight=False)
+    reports.write("project_report", html, png, result)
 
 
 def _profile_timer(profile: str | None, gpu: str, analytic: bool):

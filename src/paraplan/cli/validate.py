@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from paraplan.cli import reports
 from paraplan.cli.common import console, handle_errors
 from paraplan.validate.measured import read_rows
 from paraplan.validate.report import ValidationReport, validate_rows
@@ -21,13 +23,21 @@ def validate(
     show_rows: Annotated[bool, typer.Option("--rows", help="print every row's error")] = False,
     by: Annotated[
         str | None,
-        typer.Option("--by", help="error analysis: group by gpu, arch, model_family, precision, framework, layout, "
-                     "recompute or sharding"),
+        typer.Option(
+            "--by",
+            help="error analysis: group by gpu, arch, model_family, precision, framework, layout, "
+            "recompute or sharding",
+        ),
     ] = None,
+    html: reports.HtmlOpt = None,
+    png: reports.PngOpt = None,
 ) -> None:
     """Project every complete row and compare with the measured value in the row's own metric."""
+    reports.check(html, png)
     rows = read_rows(data)
     result = validate_rows(rows, source)
+    title = f"Validation against {Path(data).name}" + (f", source {source}" if source else "")
+    reports.write("validate_report", html, png, result, title=title)
     if as_json:
         print(json.dumps(result.to_dict()))
         return
