@@ -19,6 +19,7 @@ def calibrate(
     out: Annotated[str | None, typer.Option("--out", help="write the fitted constants (calibration.yaml)")] = None,
     max_evaluations: Annotated[int, typer.Option("--max-evaluations", help="objective evaluations per fit")] = 400,
     no_cv: Annotated[bool, typer.Option("--no-cv", help="fit once on all sources; skip the held-out fits")] = False,
+    workers: Annotated[int, typer.Option("--workers", help="processes for the held-out fits")] = 1,
 ) -> None:
     """Fit GEMM/attention efficiency per GPU family and host/step overheads per framework; print the
     fitted and the leave-one-source-out (held-out) error per source."""
@@ -32,7 +33,7 @@ def calibrate(
         table = dict(result.table, source=f"fitted by `paraplan calibrate --no-cv` on {Path(data).name}")
         console.print(f"fitted source-balanced MAPE (subsample): {result.train_mape_pct:.2f}%")
     else:
-        cv = leave_one_source_out(rows, max_evaluations)
+        cv = leave_one_source_out(rows, max_evaluations, workers)
         table = provenance_table(cv, Path(data).name)
         grid = Table(title="calibration: error per source")
         grid.add_column("source")
