@@ -231,15 +231,12 @@ def _projection_command(
 
 
 def _profile_timer(profile: str | None, gpu: str, analytic: bool):
-    if analytic and not profile:
-        return None
+    from paraplan.cost.profiled import timer_for
+
     try:
-        from paraplan.cost.profiled import timer_for
-    except ImportError:
-        if profile:
-            raise ConfigError("fitted profiles are not available in this installation") from None
-        return None
-    return timer_for(profile, gpu)
+        return timer_for(profile, gpu, analytic)
+    except ImportError:  # numpy-only core: profiles need nothing more, but be explicit if that changes
+        raise ConfigError("fitted profiles are not available in this installation") from None
 
 
 def _write_trace(result: Projection, path: str) -> None:

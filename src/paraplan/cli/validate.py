@@ -12,7 +12,7 @@ from rich.table import Table
 from paraplan.cli import reports
 from paraplan.cli.common import console, handle_errors
 from paraplan.validate.measured import read_rows
-from paraplan.validate.report import ValidationReport, validate_rows
+from paraplan.validate.report import ValidationReport, profile_projector, validate_rows
 
 
 def validate(
@@ -21,6 +21,9 @@ def validate(
     as_json: Annotated[bool, typer.Option("--json")] = False,
     report: Annotated[bool, typer.Option("--report", help="print the per-source table as Markdown (README)")] = False,
     show_rows: Annotated[bool, typer.Option("--rows", help="print every row's error")] = False,
+    profile: Annotated[
+        str | None, typer.Option("--profile", help="fitted profile for rows on its GPU (auto: the shipped ones)")
+    ] = None,
     by: Annotated[
         str | None,
         typer.Option(
@@ -35,7 +38,8 @@ def validate(
     """Project every complete row and compare with the measured value in the row's own metric."""
     reports.check(html, png)
     rows = read_rows(data)
-    result = validate_rows(rows, source)
+    projector = profile_projector(profile) if profile else None
+    result = validate_rows(rows, source, projector)
     title = f"Validation against {Path(data).name}" + (f", source {source}" if source else "")
     reports.write("validate_report", html, png, result, title=title)
     if as_json:

@@ -28,8 +28,8 @@ COMM_LABEL = {
 WEIGHT_PARAMS_EXEMPT = frozenset({"attn_scores", "attn_context"})
 MATMUL_KINDS = (OpKind.GEMM, OpKind.ATTENTION)  # FLOP accounting counts matmuls only (Megatron convention)
 
-OpTimer = Callable[[Op], tuple[float, str]]
-"""Returns (seconds, source) for a compute op: source is "analytic" or the profile regressor's name."""
+OpTimer = Callable[[Op], tuple[float, str] | None]
+"""Returns (seconds, source) for a compute op a fitted profile covers, None to use the analytic model."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,12 +132,12 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
             out.comm_total_s[label] = out.comm_total_s.get(label, 0.0) + _comm_time(op, ctx)
             n_async += 1
             continue
-        if ctx.timer is not None:
-            seconds, source = ctx.timer(op)
-            if source != "analytic":
-                out.profiled_s += seconds
-        else:
+        timed = ctx.timer(op) if ctx.timer is not None else None
+        if timed is None:
             seconds = compute_time_s(op, ctx.system.gpu, ctx.cal)
+        else:
+            seconds = timed[0]
+            out.profiled_s += seconds
         host_s = host_s_per_op * op.host_ops
         if "moe" in op.tags:
             synced += max(seconds, host_s)

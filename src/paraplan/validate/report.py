@@ -132,6 +132,22 @@ def default_projector(options: ProjectionOptions | None = None) -> Projector:
     return run
 
 
+def profile_projector(profile: str) -> Projector:
+    """`auto`: rows on a GPU with a shipped profile use it, other rows stay analytic. A path: every row
+    uses that profile where it covers an op (filter the rows with --source to one GPU's runs)."""
+    from paraplan.cost.profiled import timer_for
+    from paraplan.cost.profile import shipped_profile
+
+    def run(m: MeasuredRun) -> Projection:
+        gpu = m.system.gpu.name
+        timer = None
+        if profile != "auto" or shipped_profile(gpu) is not None:
+            timer = timer_for(profile, gpu)
+        return project_specs(m.model, m.system, m.train, ProjectionOptions(timer=timer))
+
+    return run
+
+
 def step_time_of(metric: str, value: float, run: MeasuredRun) -> float:
     """Convert a row's metric to seconds per step (the ranking is on step time)."""
     if metric == "tokens_per_sec_per_gpu":
