@@ -11,6 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from paraplan.cli import reports
 from paraplan.cli.common import GpuOpt, ModelOpt, console, err_console, handle_errors, model_from_options
 from paraplan.errors import ConfigError
 from paraplan.projection import project_specs
@@ -149,8 +150,11 @@ def tune_command(
     system_file: Annotated[str | None, Opt("--system-file", help="YAML system description or overrides")] = None,
     gpus_per_node: Annotated[int | None, Opt("--gpus-per-node")] = None,
     nic_gbps: Annotated[float | None, Opt("--nic-gbps", help="scale-out Gb/s per GPU")] = None,
+    html: reports.HtmlOpt = None,
+    png: reports.PngOpt = None,
 ) -> None:
     """Search parallel configurations; show the fastest that fit in memory."""
+    reports.check(html, png)
     problems: list[str] = []
     if gbs is None or gbs < 1:
         problems.append("--gbs (global batch size) is required and must be >= 1")
@@ -202,6 +206,7 @@ def tune_command(
         print(json.dumps(result_dict(result, explanation), default=float))
     else:
         print_result(result, explanation)
+    reports.write_tune(html, png, result, [evaluation_dict(result, e) for e in result.top])
     if result.interrupted:
         raise typer.Exit(130)
 
@@ -352,9 +357,7 @@ def print_result(result: TuneResult, explanation: Explanation | None) -> None:
         console.print(f"[bold]#{i}[/] {paraplan_command(problem, e.candidate.num_gpus, train)}", soft_wrap=True)
         console.print(f"    megatron: {megatron_args(problem, train)}", soft_wrap=True, highlight=False)
     if result.pareto:
-        front = Table(
-            title=f"Pareto front ({', '.join(result.pareto and ['throughput'] or [])} vs the other objectives)"
-        )
+        front = Table(title="Pareto front: no other fitting configuration is better in every objective")
         for col in ("configuration", "GPUs", "tokens/s", "memory GiB"):
             front.add_column(col)
         for e in result.pareto[:20]:

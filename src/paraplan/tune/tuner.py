@@ -1,0 +1,449 @@
+"""The tuner: seed planner, then the cross-axis search, then optional LLM proposals; results ranked.
+
+Phases, each feeding the next through the table of what is known:
+1. the deterministic seed planner (in this process: it warms the per-layer caches the workers inherit);
+2. the search: exhaustive over every structure with its recompute chain when the space allows, else optuna
+   (TPE; NSGA-II for several objectives), over the executor;
+3. LLM proposals, when an endpoint is configured.
+A study file records everything as it arrives; a time limit, a budget or Ctrl-C ends the search with what
+was found.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from paraplan.errors import ConfigError
+from paraplan.specs.training import TrainingSpec
+from paraplan.tune.candidate import Candidate, TuneProblem, from_training
+from paraplan.tune.evaluate import Evaluation, Evaluator, Task, TaskReport
+from paraplan.tune.executors import Executor, SerialExecutor, make_executor
+from paraplan.tune.memfilter import DEFAULT_SLACK, MemoryFilter
+from paraplan.tune.optuna_search import OBJECTIVES, optuna_available
+from paraplan.tune.proposer import LLMConfig, LLMProposer
+from paraplan.tune.seed import seed_plan
+from paraplan.tune.space import SearchSpace, SpaceLimits
+from paraplan.tune.study import Study
+
+METHODS = ("auto", "exhaustive", "tpe", "nsga2")
+EXHAUSTIVE_MAX_GROUPS = 250_000
+"""Above this many structures `auto` samples with optuna instead of enumerating."""
+PROJECTIONS_PER_GROUP = 0.6
+"""Planning figure for `auto` under a time limit: most groups are illegal, filtered or stop at their first
+variant (measured 0.5-0.6 on dense and MoE spaces)."""
+DEFAULT_PROJECTION_S = 5e-3
+"""Seconds per projection when the seed planner did not measure it."""
+DEFAULT_SAMPLING_BUDGET = 2000
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    method: str = "auto"
+    objectives: tuple[str, ...] = ("throughput",)
+    top_k: int = 10
+    budget: int | None = None
+    """Most projections in the search phase (default: all for exhaustive, 2,000 trials for optuna)."""
+    time_limit_s: float | None = None
+    executor: str = "local"
+    workers: int | None = None
+    address: str | None = None
+    study_path: str | None = None
+    llm: LLMConfig | None = None
+    llm_rounds: int = 2
+    seed: int = 0
+    groups_per_task: int = 32
+    memory_slack: float = DEFAULT_SLACK
+    seed_planner: bool = True
+
+    def problems(self) -> list[str]:
+        p = []
+        if self.method not in METHODS:
+            p.append(f"unknown method '{self.method}': choose one of {', '.join(METHODS)}")
+        bad = [o for o in self.objectives if o not in OBJECTIVES]
+        if bad or not self.objectives:
+            p.append(f"unknown objective(s) {', '.join(bad) or '(none)'}: choose from {', '.join(OBJECTIVES)}")
+        if self.method == "tpe" and len(self.objectives) > 1:
+            p.append("TPE here is single-objective: use --method nsga2 (or auto) for several objectives")
+        if self.top_k < 1:
+            p.append(f"--top must be >= 1 (got {self.top_k})")
+        if self.budget is not None and self.budget < 1:
+            p.append(f"--budget must be >= 1 (got {self.budget})")
+        if self.time_limit_s is not None and self.time_limit_s <= 0:
+            p.append(f"--time-limit must be > 0 (got {self.time_limit_s})")
+        if self.workers is not None and self.workers < 1:
+            p.append(f"--workers must be >= 1 (got {self.workers})")
+        return p
+
+
+@dataclass(frozen=True)
+class ProgressUpdate:
+    phase: str
+    done: int
+    total: int
+    evaluated: int
+    elapsed_s: float
+    best: Evaluation | None
+
+
+@dataclass
+class TuneResult:
+    problem: TuneProblem
+    method: str
+    top: list[Evaluation]
+    pareto: list[Evaluation]
+    evaluations: list[Evaluation]
+    evaluated: int
+    """Projections made by this run (resumed ones not counted)."""
+    illegal: int
+    memory_rejected: int
+    dominated: int
+    elapsed_s: float
+    search_elapsed_s: float
+    search_evaluated: int
+    interrupted: bool = False
+    resumed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def candidates_per_s(self) -> float:
+        """Projections per second over the whole run (after the memory filter)."""
+        return self.evaluated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+def score(evaluation: Evaluation) -> float:
+    """The single objective: cluster throughput (for one GPU count, the order of tokens/s per GPU)."""
+    return evaluation.tokens_per_sec
+
+
+def rank(evaluations: Iterable[Evaluation], top_k: int) -> list[Evaluation]:
+    fitting = [e for e in evaluations if e.fits]
+    return sorted(fitting, key=lambda e: (-score(e), e.peak_gib, e.candidate.sort_key()))[:top_k]
+
+
+def pareto_front(evaluations: Iterable[Evaluation], objectives: Sequence[str]) -> list[Evaluation]:
+    """Non-dominated fitting evaluations (throughput up, memory and GPU count down)."""
+
+    def vector(e: Evaluation) -> tuple[float, ...]:
+        out = []
+        for o in objectives:
+            out.append(
+                -e.tokens_per_sec if o == "throughput" else e.peak_gib if o == "memory" else e.candidate.num_gpus
+            )
+        return tuple(out)
+
+    ordered = sorted((e for e in evaluations if e.fits), key=lambda e: (vector(e), e.candidate.sort_key()))
+    front: list[tuple[tuple[float, ...], Evaluation]] = []
+    for e in ordered:
+        v = vector(e)
+        if any(all(a <= b for a, b in zip(f, v, strict=True)) for f, _ in front):
+            continue
+        front.append((v, e))
+    return [e for _, e in front]
+
+
+class _Ledger:
+    """What is known: every evaluation by candidate, counters, the study file, progress."""
+
+    def __init__(self, study: Study | None, progress: Callable[[ProgressUpdate], None] | None, started: float):
+        self.study = study
+        self.progress = progress
+        self.started = started
+        self.known: dict[Candidate, Evaluation] = {}
+        self.extra: list[Evaluation] = []  # exact specs (--candidates), not keyed by candidate
+        self.evaluated = self.illegal = self.memory_rejected = self.dominated = 0
+        self.best: Evaluation | None = None
+        self.phase, self.done, self.total = "", 0, 0
+        self.rejections: list[tuple[Candidate, str]] = []
+
+    def add(self, report: TaskReport, count_groups: bool = False) -> None:
+        for e in report.evaluations:
+            if e.train is None:
+                if e.candidate in self.known:
+                    continue
+                self.known[e.candidate] = e
+            else:
+                self.extra.append(e)
+            self.evaluated += 1
+            if e.fits and (self.best is None or score(e) > score(self.best)):
+                self.best = e
+        self.illegal += report.illegal
+        self.memory_rejected += report.memory_rejected
+        self.dominated += report.dominated
+        self.rejections += report.rejections
+        if count_groups:
+            self.done += report.groups
+        if self.study is not None:
+            self.study.record(report.evaluations, report.groups_done)
+        self.notify()
+
+    def notify(self) -> None:
+        if self.progress is not None:
+            self.progress(
+                ProgressUpdate(
+                    self.phase, self.done, self.total, self.evaluated, time.monotonic() - self.started, self.best
+                )
+            )
+
+    def all(self) -> list[Evaluation]:
+        return list(self.known.values()) + self.extra
+
+
+def _choose_method(options: TuneOptions, groups: int, workers: int, projection_s: float) -> str:
+    """`auto`: enumerate when the space allows (size, time limit), else sample with optuna when it is there."""
+    if options.method != "auto":
+        return options.method
+    estimated_s = groups * PROJECTIONS_PER_GROUP * projection_s / max(1, workers)
+    too_slow = options.time_limit_s is not None and estimated_s > options.time_limit_s
+    if (groups > EXHAUSTIVE_MAX_GROUPS or too_slow) and optuna_available():
+        return "nsga2" if len(options.objectives) > 1 else "tpe"
+    return "exhaustive"
+
+
+def _plan_key(c: Candidate, gbs: int) -> tuple:
+    """Structures with this key share the pipeline simulator's plan (schedule, pp, vpp, micro-batches)."""
+    return (gbs // (c.mbs * c.dp), c.pp, c.schedule, c.vpp, c.ep_overlap)
+
+
+def _work_order(structures: list[Candidate], gbs: int) -> list[Candidate]:
+    """Plan first (the costliest thing to rebuild), then shard and process groups (per-layer cost entries)."""
+    return sorted(structures, key=lambda c: (_plan_key(c, gbs), c.num_gpus, c.precision, c.tp, c.cp, c.sp, c.mbs))
+
+
+def _group_tasks(
+    structures: list[Candidate], gbs: int, options: TuneOptions, prune: bool, record: bool, stop: Callable[[], bool]
+) -> Iterator[Task]:
+    """Batches of about `groups_per_task` structures in work order, cut between plan keys, so that one worker
+    builds each plan and its neighbours reuse it."""
+    batch: list[Candidate] = []
+    for i, structure in enumerate(structures):
+        batch.append(structure)
+        last = i + 1 == len(structures)
+        boundary = last or _plan_key(structures[i + 1], gbs) != _plan_key(structure, gbs)
+        if (boundary and len(batch) >= options.groups_per_task) or last:
+            if stop():
+                return
+            yield Task("groups", tuple(batch), "exhaustive", prune, record)
+            batch = []
+
+
+@dataclass
+class _Run:
+    """The state one `tune` call threads through its phases."""
+
+    problem: TuneProblem
+    options: TuneOptions
+    space: SearchSpace
+    evaluator: Evaluator
+    ledger: _Ledger
+    study: Study | None
+    deadline: float | None
+    notes: list[str] = field(default_factory=list)
+    executor: Executor | None = None
+    method: str = ""
+    done_groups: set[str] = field(default_factory=set)
+    resumed: int = 0
+    projection_s: float = DEFAULT_PROJECTION_S
+    search_started: float = 0.0
+    search_elapsed_s: float = 0.0
+    search_evaluated_before: int = 0
+
+    def stop(self) -> bool:
+        budget = self.options.budget
+        over_budget = budget is not None and self.ledger.evaluated - self.search_evaluated_before >= budget
+        return over_budget or (self.deadline is not None and time.monotonic() >= self.deadline)
+
+
+def tune(
+    problem: TuneProblem,
+    limits: SpaceLimits | None = None,
+    options: TuneOptions | None = None,
+    *,
+    candidates: Sequence[Candidate | TrainingSpec] | None = None,
+    progress: Callable[[ProgressUpdate], None] | None = None,
+) -> TuneResult:
+    """Search the space (or only `candidates`) and rank what fits. See the module docstring."""
+    options = options or TuneOptions()
+    problems = options.problems()
+    if problems:
+        raise ConfigError(problems)
+    started = time.monotonic()
+    space = SearchSpace(problem, limits or SpaceLimits())
+    study = Study(options.study_path, problem.key(), problem.model.name) if options.study_path else None
+    run = _Run(
+        problem=problem,
+        options=options,
+        space=space,
+        evaluator=Evaluator(problem, space, MemoryFilter(options.memory_slack)),
+        ledger=_Ledger(study, progress, started),
+        study=study,
+        deadline=None if options.time_limit_s is None else started + options.time_limit_s,
+        method="candidates" if candidates is not None else options.method,
+    )
+    interrupted = False
+    try:
+        _resume(run)
+        if candidates is not None:
+            _rank_candidates(run, candidates)
+        else:
+            _seed(run)
+            _search(run)
+            if options.llm is not None and not run.stop():
+                _llm_rounds(run)
+    except KeyboardInterrupt:
+        interrupted = True
+        run.notes.append(
+            "interrupted: the results below are what was found" + (" (resume with the same --study)" if study else "")
+        )
+    finally:
+        if run.executor is not None:
+            run.executor.close()
+        if study is not None:
+            study.close()
+    if run.search_started and not run.search_elapsed_s:  # interrupted during the search
+        run.search_elapsed_s = time.monotonic() - run.search_started
+    ledger = run.ledger
+    everything = ledger.all()
+    if run.method == "candidates":
+        run.notes += [f"not evaluated: {c.describe()}: {reason}" for c, reason in ledger.rejections[:20]]
+    return TuneResult(
+        problem=problem,
+        method=run.method,
+        top=rank(everything, options.top_k),
+        pareto=pareto_front(everything, options.objectives) if len(options.objectives) > 1 else [],
+        evaluations=everything,
+        evaluated=ledger.evaluated,
+        illegal=ledger.illegal,
+        memory_rejected=ledger.memory_rejected,
+        dominated=ledger.dominated,
+        elapsed_s=time.monotonic() - started,
+        search_elapsed_s=run.search_elapsed_s,
+        search_evaluated=ledger.evaluated - run.search_evaluated_before,
+        interrupted=interrupted,
+        resumed=run.resumed,
+        notes=run.notes,
+    )
+
+
+def _resume(run: _Run) -> None:
+    """What a study file already holds for this problem becomes known (and is not recomputed)."""
+    if run.study is None:
+        return
+    loaded, run.done_groups = run.study.load()
+    ledger = run.ledger
+    for e in loaded:
+        ledger.known[e.candidate] = e
+        if e.fits and (ledger.best is None or score(e) > score(ledger.best)):
+            ledger.best = e
+    run.resumed = len(loaded)
+    if loaded:
+        run.notes.append(
+            f"resumed {len(loaded)} evaluations and {len(run.done_groups)} finished groups from {run.study.path}"
+        )
+
+
+def _rank_candidates(run: _Run, candidates: Sequence[Candidate | TrainingSpec]) -> None:
+    """The `--candidates` mode: evaluate exactly these, nothing else."""
+    ledger = run.ledger
+    ledger.phase, ledger.total = "candidates", len(candidates)
+    items = [_candidate_item(run.problem, c) for c in candidates]
+    run.executor = _executor(run.options, run.evaluator, len(items))
+    per_task = max(1, -(-len(items) // (4 * run.executor.workers)))
+    tasks = [Task("specs", tuple(items[i : i + per_task]), "candidates") for i in range(0, len(items), per_task)]
+    for report in run.executor.run(tasks):
+        ledger.done += len(report.evaluations) + len(report.rejections)
+        ledger.add(report)
+
+
+def _seed(run: _Run) -> None:
+    """The seed planner, in this process (it warms the caches the pool's forked workers inherit); it also
+    measures what one projection costs, for `auto`."""
+    if not run.options.seed_planner:
+        return
+    ledger = run.ledger
+    ledger.phase = "seed"
+    ledger.notify()
+    started = time.process_time()
+    evaluations, report = seed_plan(run.space, run.evaluator, score)
+    if evaluations:
+        run.projection_s = (time.process_time() - started) / len(evaluations)
+    report.evaluations = [e for e in evaluations if e.candidate not in ledger.known]
+    ledger.add(report)
+
+
+def _search(run: _Run) -> None:
+    """The cross-axis search: exhaustive over every structure, or optuna."""
+    options, ledger = run.options, run.ledger
+    workers = options.workers or _default_workers(options)
+    run.method = _choose_method(options, run.space.count_structures(), workers, run.projection_s)
+    run.executor = make_executor(options.executor, run.evaluator, options.workers, options.address)
+    run.search_started = time.monotonic()
+    run.search_evaluated_before = ledger.evaluated
+    if run.method == "exhaustive":
+        structures = _work_order(list(run.space.structures()), run.problem.gbs)
+        if run.done_groups:
+            structures = [s for s in structures if s.key() not in run.done_groups]
+        ledger.phase, ledger.done, ledger.total = "exhaustive", 0, len(structures)
+        prune = len(options.objectives) == 1
+        tasks = _group_tasks(structures, run.problem.gbs, options, prune, run.study is not None, run.stop)
+        for report in run.executor.run(tasks):
+            ledger.add(report, count_groups=True)
+    else:
+        from paraplan.tune.optuna_search import OptunaSearch
+
+        search = OptunaSearch(run.space, run.method, options.objectives, options.seed)
+        search.warm_start(list(ledger.known.values()))
+        trials = options.budget or DEFAULT_SAMPLING_BUDGET
+        ledger.phase, ledger.done, ledger.total = run.method, 0, trials
+        for report in search.run(run.executor, ledger.known, trials, run.deadline, run.method):
+            ledger.done = search.asked
+            ledger.add(report)
+    run.search_elapsed_s = time.monotonic() - run.search_started
+
+
+def _default_workers(options: TuneOptions) -> int:
+    import os
+
+    return 1 if options.executor == "serial" else (os.cpu_count() or 1)
+
+
+def _executor(options: TuneOptions, evaluator: Evaluator, items: int) -> Executor:
+    if items < 64 and options.executor == "local":
+        return SerialExecutor(evaluator)
+    return make_executor(options.executor, evaluator, options.workers, options.address)
+
+
+def _candidate_item(problem: TuneProblem, c: Candidate | TrainingSpec) -> tuple[Candidate, TrainingSpec | None]:
+    if isinstance(c, Candidate):
+        from paraplan.tune.candidate import to_training
+
+        return c, to_training(problem, c)
+    num_gpus = problem.gpu_counts[0]
+    return from_training(problem, c, num_gpus), c
+
+
+def _llm_rounds(run: _Run) -> None:
+    """Ask the configured language model for cross-axis candidates, given the best found so far."""
+    assert run.options.llm is not None and run.executor is not None
+    proposer = LLMProposer(run.options.llm)
+    ledger, space, notes = run.ledger, run.space, run.notes
+    ledger.phase = "llm"
+    for _ in range(run.options.llm_rounds):
+        proposals, problems = proposer.propose(space, rank(ledger.known.values(), 20))
+        notes += problems
+        fresh: list[Candidate] = []
+        for c in proposals:
+            if c in ledger.known or c in fresh:
+                continue
+            if not space.admits(c):
+                notes.append(f"LLM proposal outside the constraints: {c.describe()}")
+                continue
+            fresh.append(c)
+        if not fresh:
+            if problems and not proposals:
+                break  # the endpoint failed: do not ask again
+            continue
+        for report in run.executor.run([Task("candidates", tuple(fresh), "llm")]):
+            notes += [f"LLM proposal {c.describe()} rejected: {reason}" for c, reason in report.rejections]
+            ledger.add(report)

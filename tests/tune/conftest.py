@@ -1,0 +1,33 @@
+import pytest
+
+from paraplan.specs.presets import model_preset, system_preset
+from paraplan.tune.candidate import TuneProblem
+from paraplan.tune.space import SpaceLimits, parse_constraints
+
+
+@pytest.fixture(scope="session")
+def dense_problem() -> TuneProblem:
+    """llama3.1-8b on 8 H100, gbs 16, seq 4096: about 1,400 structures, a second of search."""
+    return TuneProblem(
+        model_preset("llama3.1-8b"),
+        (system_preset("h100-sxm5-80gb", 8),),
+        16,
+        4096,
+        model_ref="llama3.1-8b",
+        gpu_ref="h100-sxm5-80gb",
+    )
+
+
+@pytest.fixture(scope="session")
+def dense_limits() -> SpaceLimits:
+    return parse_constraints([], {"pp": 4, "cp": 2, "mbs": 4})
+
+
+@pytest.fixture(scope="session")
+def moe_problem() -> TuneProblem:
+    return TuneProblem(model_preset("mixtral-8x7b"), (system_preset("h100-sxm5-80gb", 16),), 32, 2048)
+
+
+@pytest.fixture(scope="session")
+def moe_limits() -> SpaceLimits:
+    return parse_constraints([], {"pp": 2, "cp": 1, "mbs": 2})
