@@ -64,7 +64,10 @@ def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, c
     else:
         raise ValueError(kind)
     layer_input = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
-    return block_cost(ops, recompute, ctx, layer_input)
+    cost = block_cost(ops, recompute, ctx, layer_input)
+    if kind == "embedding":  # the lookup table is a weight without a GEMM: V/tp x h on this rank
+        cost = replace(cost, dense_params=vocab // shard.tp * model.hidden_size)
+    return cost
 
 
 _CTX_REGISTRY: dict[tuple, BlockContext] = {}
@@ -125,6 +128,7 @@ def project_specs(
     layer_input_bytes = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
 
     stage_costs: list[tuple[ChunkCost, ChunkExtras, float, float]] = []
+    dp_memo: dict[tuple[float, float, int], tuple[float, float, float, float]] = {}
     max_layer_params = 0.0
     max_full_saved = 0.0
     flops_model = flops_hw = 0.0
@@ -146,6 +150,8 @@ def project_specs(
                 parts.append(("mtp", "none", model.mtp_num_layers))
         for kind, mode, count in parts:
             cost = _cached_block(kind, model, shard, mode, ctx_key)
+            if kind == "embedding" and model.tied_embeddings and stage.has_head:
+                cost = replace(cost, dense_params=0)  # one shared table when embedding and head share a rank
             if options.measured_blocks and kind in options.measured_blocks:
                 cost = with_measured_compute(cost, options.measured_blocks[kind])
                 measured_s += (cost.forward_s + cost.backward_input_s + cost.backward_weight_s) * count
@@ -169,7 +175,10 @@ def project_specs(
         flops_model += 3 * stage_flops
         flops_hw += 3 * stage_flops + stage_recompute_flops
         units = max(1, stage.num_layers) * (FSDP_TENSORS_PER_LAYER.get(train.framework, 1))
-        dp_grad, dp_gather, fsdp_gather, fsdp_rs = _dp_times(dense_p, expert_p, train, system, cal, ctx.groups, units)
+        dp_key = (dense_p, expert_p, units)
+        if dp_key not in dp_memo:
+            dp_memo[dp_key] = _dp_times(dense_p, expert_p, train, system, cal, ctx.groups, units)
+        dp_grad, dp_gather, fsdp_gather, fsdp_rs = dp_memo[dp_key]
         chunk_cost = ChunkCost(
             forward_s=f + cal.microbatch_overhead_s / chunks,
             backward_input_s=b,

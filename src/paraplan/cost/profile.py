@@ -9,18 +9,25 @@ Regressors and their raw features (all strictly positive; the models work on the
 | regressor                         | features                         | the core's input                         |
 |-----------------------------------|----------------------------------|------------------------------------------|
 | `gemm.fwd`, `gemm.bwd`            | m, n, k                          | `Op.gemm` (forward shape [m,k] x [k,n])  |
-| `attention.fwd`, `attention.bwd`  | batch, heads, seq, head_dim      | `Op.attention` (causal, flash)           |
+| `attention.fwd`, `attention.bwd`  | batch_heads, seq, head_dim       | `Op.attention` (causal, flash)           |
 | `<elementwise>.fwd`, `.bwd`       | bytes                            | `Op.bytes_moved` (convention below)      |
 | `optimizer`                       | params                           | parameters on the rank                   |
 | `<collective>.<nodes>x<gpn>`      | bytes                            | `CommShape.bytes` (see `collective_time_s`) |
 
-`gemm.bwd` is the time of both backward GEMMs (input and weight gradient) of the forward shape;
-`attention.bwd` and `<elementwise>.bwd` the whole backward of the op.
+`gemm.bwd` is the time of both backward GEMMs (input and weight gradient) of a forward shape; the
+backward ops carry their own shapes, as `paraplan.graph.backward` emits them: dX (BACKWARD_INPUT) is
+(m, k, n) and dW (BACKWARD_WEIGHT) is (k, n, m) for the forward (m, n, k). Each gets the measured
+backward of that forward shape times its share, estimated by the forward regressor on its own shape
+(half each when a shape lies outside the sampled range). `attention.bwd` and `<elementwise>.bwd` hold
+the whole backward of the op, all of it input gradient (B): their BACKWARD_WEIGHT time is 0.
 
-Elementwise byte convention. The memory-bound regressors are fitted on the bytes of activation traffic
-of one call in that phase: `bytes_moved = passes x elements x bytes_per_element`, with `elements` the
-size of the op's main tensor and `passes` from `ELEMENTWISE_TRAFFIC_PASSES` (reads + writes of that
-tensor; weights ignored). The core must fill `Op.bytes_moved` the same way for the profile to apply.
+Elementwise byte convention (the same formulas as `paraplan.graph.layers`): `Op.bytes_moved` of a
+forward memory-bound op is `elements x (activation_passes x bytes_per_element + fp32_passes x 4)`
+with the counts from `ELEMENTWISE_TRAFFIC`; its backward moves 1.5x that (reads the saved input and
+the output gradient, writes the input gradient; `paraplan.graph.backward`). `elements` is the op's
+main tensor: tokens x hidden for norms, residual and embedding; tokens x FFN/tp for the activation
+(its input for GELU; gate and up are both read for SwiGLU); tokens x (q + k heads)/tp x head_dim for
+rotary; batch x heads/tp x seq x seq for softmax; tokens x vocab/tp logits for cross-entropy.
 
 File format (`format_version` 1), one JSON object:
 ```
@@ -32,14 +39,16 @@ File format (`format_version` 1), one JSON object:
      "feature_min": [...], "feature_max": [...],          # raw units, over the fitted samples
      "cv_mape": 0.03, "n_samples": 8000, "notes": {...},
      "model": {"family": "gbm" | "forest" | "physical",
-               "inputs": [[1, 0, 0], ...],                # z = inputs @ log(x)
-               "trees": {"depth": d, "init": y0,           # gbm / forest: y = init + sum of leaves
-                         "feature": [[...]], "threshold": [[...]], "leaf": [[...]]},
-               "poly": {"powers": [[...]], "coef": [...]}}  # physical: y = sum coef * prod z**powers
+               "inputs": [[1, 0, 0], ...],                 # z = inputs @ log(x)
+               "poly": {"powers": [[...]], "coef": [...]},  # sum coef * prod z**powers
+               "trees": {"depth": d, "init": y0,            # init + sum over trees of one leaf each
+                         "feature": [[...]], "threshold": [[...]], "leaf": [[...]]}}
  }, ...}}
 ```
-`y` is log(time in microseconds). Trees are complete binary trees in heap order (children of node i are
-2i+1 and 2i+2); `feature` -1 means "always go left"; a sample goes right when z[feature] > threshold.
+`y = poly(z) + trees(z)` is log(time in microseconds): "physical" has only the polynomial; "gbm" and
+"forest" a degree-1 polynomial (power law) plus trees fitted to its residuals. Trees are complete
+binary trees in heap order (children of node i are 2i+1 and 2i+2); `feature` -1 means "always go
+left"; a sample goes right when z[feature] > threshold.
 
 Out-of-range rule: a regressor answers None when any feature lies outside [min/2, 2*max] of the samples
 it was fitted on; the core then uses its analytic model. Collectives are fitted per topology (nodes x
@@ -53,7 +62,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -65,33 +74,47 @@ from paraplan.graph.ops import CommKind, CommShape, Op, OpKind, Phase
 PROFILE_FORMAT = "paraplan-profile"
 PROFILE_FORMAT_VERSION = 1
 OUT_OF_RANGE_FACTOR = 2.0  # a feature outside [min / 2, max * 2] of the fitted samples -> None
-SIGNIFICANT_DIGITS = 7  # numbers are stored rounded: keeps files small, far below measurement noise
+SIGNIFICANT_DIGITS = 7  # tree numbers are stored rounded: keeps files small, far below measurement noise
+POLY_SIGNIFICANT_DIGITS = 12  # polynomial coefficients multiply powers of logs: keep more digits
 
 MODEL_FAMILIES = ("gbm", "forest", "physical")
 
-# Reads plus writes of the op's main tensor, per phase (forward, backward). `elements` is the main tensor:
-# norms, residual, embedding output: tokens x hidden; activation: tokens x FFN/tp (input of gelu/swiglu);
-# rotary: tokens x heads/tp x head_dim (one of q or k); softmax: batch x heads/tp x seq x seq;
-# cross-entropy: tokens x vocab/tp (logits).
-ELEMENTWISE_TRAFFIC_PASSES: dict[str, tuple[int, int]] = {
-    "layernorm": (2, 3),  # fwd: read x, write y; bwd: read x and dy, write dx
-    "rmsnorm": (2, 3),
-    "gelu": (2, 3),  # fwd: read x, write y; bwd: read x and dy, write dx
-    "residual": (3, 3),  # fwd: read a and b, write a + b; bwd measured as the forward (sample convention)
-    "rotary": (2, 2),
-    "softmax": (2, 3),  # bwd: read y and dy, write dx
-    "embedding": (2, 2),  # fwd: gather rows, write output; bwd: read dy, scatter-add rows
-    "cross_entropy": (1, 2),  # fwd: read logits; bwd: read softmax, write dlogits
+# Per element of the op's main tensor: (passes at the activation precision, passes in fp32). Forward;
+# the backward moves BACKWARD_TRAFFIC_FACTOR times as much. Matches paraplan.graph.layers.
+ELEMENTWISE_TRAFFIC: dict[str, tuple[int, int]] = {
+    "layernorm": (2, 0),  # read x, write y
+    "rmsnorm": (2, 0),
+    "gelu": (2, 0),  # read x, write act(x)
+    "residual": (3, 0),  # read a and b, write a + b
+    "rotary": (2, 0),  # read q (or k), write it rotated
+    "softmax": (2, 0),
+    "embedding": (2, 0),  # gather rows, write the output
+    "cross_entropy": (1, 2),  # read 16-bit logits; write and read them back in fp32 (Megatron)
 }
+BACKWARD_TRAFFIC_FACTOR = 1.5
+FP32_BYTES = 4
 
-# Op names the core uses for memory-bound ops -> elementwise regressor. Matched on the whole name, then on
-# its "_"-separated suffixes ("final_rmsnorm" -> "rmsnorm"). SwiGLU/GeGLU/squared-ReLU are memory-bound
-# activations like GELU and are costed by the GELU regressor on their own bytes.
+
+def elementwise_traffic_bytes(base: str, forward: bool, elements: float, bytes_per_element: float) -> float:
+    """Bytes of the convention above for a memory-bound op on `elements` of its main tensor."""
+    activation_passes, fp32_passes = ELEMENTWISE_TRAFFIC[base]
+    forward_bytes = elements * (activation_passes * bytes_per_element + fp32_passes * FP32_BYTES)
+    return forward_bytes if forward else BACKWARD_TRAFFIC_FACTOR * forward_bytes
+
+
+# Op names -> elementwise regressor. A name matches through any run of its "_"-separated words
+# ("final_norm", "mtp_norm_h", "mlp_act"), longest run first; names with a word of
+# ELEMENTWISE_EXCLUDED ("attn_residual_dropout", "router_topk") match nothing. A plain "norm" is costed
+# as the fused LayerNorm kernel: the RMSNorm samples are an unfused implementation, about 4x slower
+# than the fused kernels frameworks use for RMSNorm today. SwiGLU/GeGLU/squared-ReLU activations are
+# memory-bound like GELU and use the GELU regressor on their own bytes.
 ELEMENTWISE_ALIASES: dict[str, str] = {
     "layernorm": "layernorm",
     "norm": "layernorm",
     "rmsnorm": "rmsnorm",
     "gelu": "gelu",
+    "act": "gelu",
+    "activation": "gelu",
     "swiglu": "gelu",
     "geglu": "gelu",
     "squared_relu": "gelu",
@@ -103,6 +126,7 @@ ELEMENTWISE_ALIASES: dict[str, str] = {
     "cross_entropy": "cross_entropy",
     "embedding": "embedding",
 }
+ELEMENTWISE_EXCLUDED = frozenset({"dropout", "topk", "permute", "unpermute", "mask", "quantize", "cast"})
 
 # Precisions whose kernels run at the same rate share a class: A100/H100 tensor cores run fp16 and bf16
 # at the same peak (NVIDIA A100 and H100 datasheets).
@@ -124,11 +148,11 @@ class ProfileError(ValueError):
     """A profile file that cannot be read: wrong format, version or content."""
 
 
-def _rounded(values: np.ndarray | Sequence[float]) -> list[Any]:
+def _rounded(values: np.ndarray | Sequence[float], digits: int = SIGNIFICANT_DIGITS) -> list[Any]:
     array = np.asarray(values, dtype=float)
     if array.ndim > 1:
-        return [_rounded(row) for row in array]
-    return [float(f"{v:.{SIGNIFICANT_DIGITS}g}") for v in array]
+        return [_rounded(row, digits) for row in array]
+    return [float(f"{v:.{digits}g}") for v in array]
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,7 +211,7 @@ class LogPolynomial:
         return terms @ self.coef
 
     def to_dict(self) -> dict[str, Any]:
-        return {"powers": self.powers.astype(int).tolist(), "coef": _rounded(self.coef)}
+        return {"powers": self.powers.astype(int).tolist(), "coef": _rounded(self.coef, POLY_SIGNIFICANT_DIGITS)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LogPolynomial:
@@ -200,28 +224,47 @@ class LogPolynomial:
 
 @dataclass(frozen=True, eq=False)
 class LogModel:
-    """log(time_us) = body(inputs @ log(features))."""
+    """log(time_us) = poly(z) + trees(z), z = inputs @ log(features); either part may be absent.
+
+    Tree families carry a degree-1 polynomial (a power law) as their base, so that between the last
+    sample and the edge of the valid range they follow the power law instead of staying flat.
+    """
 
     family: str
     inputs: np.ndarray  # [inputs, features] exponents
-    body: TreeEnsemble | LogPolynomial
+    poly: LogPolynomial | None = None
+    trees: TreeEnsemble | None = None
 
     def predict_log_us(self, features: np.ndarray) -> np.ndarray:
         z = np.log(np.asarray(features, dtype=float)) @ self.inputs.T
-        return self.body.predict(z)
+        y = np.zeros(z.shape[0])
+        if self.poly is not None:
+            y += self.poly.predict(z)
+        if self.trees is not None:
+            y += self.trees.predict(z)
+        return y
 
     def to_dict(self) -> dict[str, Any]:
-        key = "poly" if isinstance(self.body, LogPolynomial) else "trees"
-        return {"family": self.family, "inputs": self.inputs.tolist(), key: self.body.to_dict()}
+        data: dict[str, Any] = {"family": self.family, "inputs": self.inputs.tolist()}
+        if self.poly is not None:
+            data["poly"] = self.poly.to_dict()
+        if self.trees is not None:
+            data["trees"] = self.trees.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LogModel:
         family = data.get("family")
         if family not in MODEL_FAMILIES:
             raise ProfileError(f"unknown model family {family!r}")
-        body: TreeEnsemble | LogPolynomial
-        body = LogPolynomial.from_dict(data["poly"]) if "poly" in data else TreeEnsemble.from_dict(data["trees"])
-        return cls(family=family, inputs=np.asarray(data["inputs"], dtype=float), body=body)
+        if "poly" not in data and "trees" not in data:
+            raise ProfileError('a model needs a "poly" or a "trees" part')
+        inputs = np.asarray(data["inputs"], dtype=float)
+        poly = LogPolynomial.from_dict(data["poly"]) if "poly" in data else None
+        trees = TreeEnsemble.from_dict(data["trees"]) if "trees" in data else None
+        if poly is not None and poly.powers.shape[1] != inputs.shape[0]:
+            raise ProfileError("polynomial powers do not match the model inputs")
+        return cls(family=family, inputs=inputs, poly=poly, trees=trees)
 
 
 @dataclass(frozen=True, eq=False)
@@ -295,13 +338,15 @@ def collective_regressor_name(kind: str, nodes: int, gpus_per_node: int) -> str:
 
 
 def elementwise_regressor(op_name: str) -> str | None:
-    """The elementwise regressor base name for an op name, or None ("final_rmsnorm" -> "rmsnorm")."""
-    name = op_name.lower()
-    parts = re.split(r"[_.\-]", name)
-    candidates = [name] + ["_".join(parts[i:]) for i in range(1, len(parts))]
-    for candidate in candidates:
-        if candidate in ELEMENTWISE_ALIASES:
-            return ELEMENTWISE_ALIASES[candidate]
+    """The elementwise regressor base name for an op name, or None ("final_norm" -> "layernorm")."""
+    words = re.split(r"[_.\-]", op_name.lower())
+    if ELEMENTWISE_EXCLUDED.intersection(words):
+        return None
+    for length in range(len(words), 0, -1):
+        for start in range(len(words) - length, -1, -1):
+            candidate = "_".join(words[start : start + length])
+            if candidate in ELEMENTWISE_ALIASES:
+                return ELEMENTWISE_ALIASES[candidate]
     return None
 
 
@@ -341,7 +386,7 @@ class Profile:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Profile:
         if not isinstance(data, Mapping) or data.get("format") != PROFILE_FORMAT:
-            raise ProfileError(f"not a paraplan profile (expected \"format\": \"{PROFILE_FORMAT}\")")
+            raise ProfileError(f'not a paraplan profile (expected "format": "{PROFILE_FORMAT}")')
         version = data.get("format_version")
         if version != PROFILE_FORMAT_VERSION:
             raise ProfileError(f"profile format_version {version!r}; this paraplan reads {PROFILE_FORMAT_VERSION}")
@@ -373,8 +418,17 @@ class Profile:
         return cls.from_dict(data)
 
     def save(self, path: str | Path) -> None:
-        text = json.dumps(self.to_dict(), separators=(",", ":"))
-        Path(path).write_text(text + "\n", encoding="utf-8")
+        """Write the JSON with one line per top-level field and per regressor (readable diffs, small file)."""
+        data = self.to_dict()
+        regressors = data.pop("regressors")
+
+        def compact(value: Any) -> str:
+            return json.dumps(value, separators=(",", ":"))
+
+        lines = [f"{json.dumps(key)}: {compact(value)}" for key, value in data.items()]
+        body = ",\n".join(f"  {json.dumps(name)}: {compact(r)}" for name, r in regressors.items())
+        lines.append('"regressors": {\n' + body + "\n}")
+        Path(path).write_text("{\n" + ",\n".join(lines) + "\n}\n", encoding="utf-8")
 
     # ---- evaluation --------------------------------------------------------------------------------
     def _time_us(self, name: str, x: tuple[float, ...]) -> float | None:
@@ -396,7 +450,7 @@ class Profile:
             return None
         direction = "fwd" if op.phase == Phase.FORWARD else "bwd"
         if op.kind == OpKind.GEMM and op.gemm is not None:
-            return self._gemm(op, direction)
+            return self._gemm(op)
         if op.kind == OpKind.ATTENTION and op.attention is not None:
             shape = op.attention
             if not shape.causal:
@@ -404,7 +458,8 @@ class Profile:
             seq = math.sqrt(shape.seq_q * shape.seq_kv)  # same causal work as seq_q x seq_kv
             head_dim = (shape.head_dim_qk + shape.head_dim_v) / 2
             name = f"attention.{direction}"
-            t_us = self._time_us(name, (float(shape.batch), float(shape.heads), seq, head_dim))
+            # Flash attention's grid runs over (query tiles, batch x heads): batch and heads enter as one.
+            t_us = self._time_us(name, (float(shape.batch * shape.heads), seq, head_dim))
             if t_us is None:
                 return None
             # Attention has no weights: its whole backward is B (input gradient), W is empty.
@@ -421,22 +476,25 @@ class Profile:
             return name, 0.0 if op.phase == Phase.BACKWARD_WEIGHT else t_us * 1e-6
         return None
 
-    def _gemm(self, op: Op, direction: str) -> tuple[str, float] | None:
+    def _gemm(self, op: Op) -> tuple[str, float] | None:
         assert op.gemm is not None
-        m, n, k, count = float(op.gemm.m), float(op.gemm.n), float(op.gemm.k), op.gemm.count
-        name = f"gemm.{direction}"
-        t_us = self._time_us(name, (m, n, k))
-        if t_us is None:
+        a, b, c, count = float(op.gemm.m), float(op.gemm.n), float(op.gemm.k), op.gemm.count
+        if op.phase == Phase.FORWARD:
+            t_us = self._time_us("gemm.fwd", (a, b, c))
+            return None if t_us is None else ("gemm.fwd", count * t_us * 1e-6)
+        # Recover the forward (m, n, k): dX is (m, k, n), dW is (k, n, m).
+        m, n, k = (a, c, b) if op.phase == Phase.BACKWARD_INPUT else (c, b, a)
+        t_backward_us = self._time_us("gemm.bwd", (m, n, k))
+        if t_backward_us is None:
             return None
-        if op.phase != Phase.FORWARD:
-            # gemm.bwd is dX and dW together. Split it by the forward regressor's estimate of each:
-            # dX[m,k] = dY[m,n] W^T -> (m, k, n); dW[k,n] = X^T dY -> (k, n, m). Equal FLOPs, so 50/50
-            # when either shape is outside the sampled range.
-            t_input = self._time_us("gemm.fwd", (m, k, n))
-            t_weight = self._time_us("gemm.fwd", (k, n, m))
-            share_input = 0.5 if t_input is None or t_weight is None else t_input / (t_input + t_weight)
-            t_us *= share_input if op.phase == Phase.BACKWARD_INPUT else 1.0 - share_input
-        return name, count * t_us * 1e-6
+        t_input = self._time_us("gemm.fwd", (m, k, n))
+        t_weight = self._time_us("gemm.fwd", (k, n, m))
+        t_own = self._time_us("gemm.fwd", (a, b, c))
+        if t_input is None or t_weight is None or t_own is None:
+            share = 0.5  # both backward GEMMs have the forward's FLOPs
+        else:
+            share = t_own / (t_input + t_weight)
+        return "gemm.bwd", count * t_backward_us * share * 1e-6
 
     def op_time_s(self, op: Op) -> float | None:
         """Seconds for one op on one GPU, or None when not covered or outside the sampled range."""
@@ -487,12 +545,14 @@ SHIPPED_PROFILES: dict[str, str] = {
 }
 
 
-@lru_cache(maxsize=None)
 def shipped_profile(gpu_preset: str) -> Profile | None:
     """The profile shipped with paraplan for a GPU preset ("a100-sxm4-80gb", "gh200"), or None."""
     file_name = SHIPPED_PROFILES.get(gpu_preset.lower())
-    if file_name is None:
-        return None
+    return None if file_name is None else _load_shipped(file_name)
+
+
+@cache
+def _load_shipped(file_name: str) -> Profile | None:
     resource = resources.files("paraplan.cost").joinpath("profiles", file_name)
     if not resource.is_file():
         return None

@@ -2,7 +2,7 @@
 
 The mapping is the contract between the measured samples and `paraplan.cost.profile`: GEMMs become
 (m, n, k), flash attention (batch, heads per rank, seq, head_dim), memory-bound ops their bytes of traffic
-(`ELEMENTWISE_TRAFFIC_PASSES`), optimizer stages their parameters per rank, collectives their message bytes.
+(`elementwise_traffic_bytes`), optimizer stages their parameters per rank, collectives their message bytes.
 
 Shapes of the kernel samples (arXiv 2509.22832 README; Megatron GPT-NeoX layer, `mp` = tensor parallel):
   linear1 [b*l, dim] x [dim, 3dim/mp]; linear2 [b*l, dim/mp] x [dim/mp, dim]; linear3 [b*l, dim] x
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost.profile import ELEMENTWISE_TRAFFIC_PASSES
+from paraplan.cost.profile import elementwise_traffic_bytes
 from paraplan.measure.samples import SampleTable
 
 # GPT-NeoX's tokenizer has 50257 tokens (GPT-2 BPE); Megatron pads the vocabulary to a multiple of
@@ -29,11 +29,26 @@ BYTES_PER_ELEMENT = {"fp16": 2, "bf16": 2, "fp32": 4, "tf32": 4, "fp8": 1}
 
 FEATURES = {
     "gemm": ("m", "n", "k"),
-    "attention": ("batch", "heads", "seq", "head_dim"),
+    "attention": ("batch_heads", "seq", "head_dim"),  # flash attention's grid runs over batch x heads
     "elementwise": ("bytes",),
     "optimizer": ("params",),
     "collective": ("bytes",),
 }
+
+# Work per row as a product of feature powers: GEMM FLOPs ~ m n k; causal attention FLOPs ~ (b h) s^2 d;
+# the single feature (bytes, parameters) otherwise. Used as an extra tree input and by the outlier rule.
+WORK_EXPONENTS = {
+    "gemm": (1, 1, 1),
+    "attention": (1, 2, 1),
+    "elementwise": (1,),
+    "optimizer": (1,),
+    "collective": (1,),
+}
+
+
+def work(kind: str, features: np.ndarray) -> np.ndarray:
+    return np.prod(features ** np.asarray(WORK_EXPONENTS[kind], dtype=float), axis=1)
+
 
 # Fields skipped on purpose, with the reason reported by `paraplan fit`.
 SKIPPED_OPS = {
@@ -92,7 +107,7 @@ def _gemm(t: SampleTable, _direction: str) -> np.ndarray:
 
 def _attention(t: SampleTable, _direction: str) -> np.ndarray:
     heads = t.column("h")
-    return np.column_stack([t.column("b"), heads / _mp(t), t.column("l"), t.column("dim") / heads])
+    return np.column_stack([t.column("b") * heads / _mp(t), t.column("l"), t.column("dim") / heads])
 
 
 def _elements(base: str, t: SampleTable) -> np.ndarray:
@@ -112,9 +127,8 @@ def _elements(base: str, t: SampleTable) -> np.ndarray:
 
 def _elementwise(base: str):
     def features(t: SampleTable, direction: str) -> np.ndarray:
-        passes = ELEMENTWISE_TRAFFIC_PASSES[base][0 if direction == "fwd" else 1]
-        bytes_moved = passes * _elements(base, t) * BYTES_PER_ELEMENT[t.file.precision]
-        return bytes_moved[:, None]
+        bytes_per_element = BYTES_PER_ELEMENT[t.file.precision]
+        return elementwise_traffic_bytes(base, direction == "fwd", _elements(base, t), bytes_per_element)[:, None]
 
     return features
 

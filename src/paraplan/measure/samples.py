@@ -23,7 +23,9 @@ from pathlib import Path
 import numpy as np
 
 CATEGORIES = ("operator", "nccl")
-_NAME = re.compile(r"^(?P<gpu>[^_]+)_(?P<op>.+?)_(?P<precision>fp16|bf16|fp32|tf32|fp8)(?:_(?P<nodes>\d+)_(?P<gpn>\d+))?$")
+_NAME = re.compile(
+    r"^(?P<gpu>[^_]+)_(?P<op>.+?)_(?P<precision>fp16|bf16|fp32|tf32|fp8)(?:_(?P<nodes>\d+)_(?P<gpn>\d+))?$"
+)
 
 
 class SampleError(ValueError):
@@ -154,7 +156,9 @@ def write_sample_table(path: Path, columns: Iterable[str], rows: Iterable[Iterab
             writer.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in row])
 
 
-def sample_file_name(gpu: str, op: str, precision: str, nodes: int | None = None, gpus_per_node: int | None = None) -> str:
+def sample_file_name(
+    gpu: str, op: str, precision: str, nodes: int | None = None, gpus_per_node: int | None = None
+) -> str:
     """`<GPU>_<op>_<precision>[_<nodes>_<gpn>].csv`; `gpu` must not contain an underscore."""
     if "_" in gpu or not gpu:
         raise ValueError(f"GPU name {gpu!r} must be non-empty and without underscores")

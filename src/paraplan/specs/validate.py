@@ -44,6 +44,8 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"KV groups {model.kv_groups} must be divisible by tp {tp} (Megatron splits query groups over TP)")
     if train.sequence_parallel and tp == 1:
         p.append("sequence parallelism needs tp > 1 (got tp=1)")
+    if train.tp_comm_overlap and tp > 1 and not train.sequence_parallel:
+        p.append("TP communication overlap needs sequence parallelism (Megatron rule)")
     if train.seq % (2 * cp) and cp > 1:
         p.append(f"seq {train.seq} must be divisible by 2*cp = {2 * cp} (load-balanced causal context parallelism)")
     if train.sequence_parallel and (train.seq // cp) % tp:

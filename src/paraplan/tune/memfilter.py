@@ -170,6 +170,8 @@ class GroupMemory:
                     max_layer_params = max(max_layer_params, moe.dense_params + moe.expert_params)
                 if n - n_moe:
                     max_layer_params = max(max_layer_params, dense.dense_params)
+                if first == 0 and not (model.tied_embeddings and has_head):
+                    dense_p += L.padded_vocab(model, shard.tp) // shard.tp * model.hidden_size  # embedding table
                 if has_head:
                     dense_p += self.facts["head"].dense_params
                     if "mtp" in self.facts:

@@ -1,0 +1,528 @@
+"""Torch microbenchmarks that write samples in the kernel-samples layout (`paraplan measure`).
+
+Operators (one file each under <out>/operator/, columns as in arXiv 2509.22832's release, plus `gemm`):
+GEMMs over log-uniformly sampled (m, n, k) with forward Y = X W and backward dX = dY W^T plus
+dW = X^T dY timed together; causal SDPA attention; LayerNorm and RMSNorm; GELU; residual add; RoPE
+(Megatron's rotate-half form); cross-entropy in fp32 over a vocabulary; embedding lookup; one AdamW
+step. Collectives (<out>/nccl/, `shape` = elements per rank for all-gather, of the buffer otherwise):
+all-reduce, all-gather and a send/recv ping-pong among local processes, over gloo on CPU (2 processes)
+or NCCL on CUDA (all local GPUs, if there are at least 2).
+
+Times follow warm-up calls: medians of CUDA-event times on a GPU, minima of wall times on a CPU. torch is imported
+lazily: importing this module does not need it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import random
+import re
+import socket
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paraplan.measure.samples import sample_file_name, write_sample_table
+
+FWD_BWD_COLUMNS = ("F_dur(us)", "B_dur(us)")
+DTYPES = ("fp32", "bf16", "fp16")
+VOCAB_QUICK, VOCAB_FULL = 4096, 32000  # cross-entropy and embedding vocabulary (already a multiple of 128)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    device: str  # "cpu" | "cuda"
+    quick: bool = False
+    dtype: str = "fp32"
+    seed: int = 0
+    threads: int | None = None  # CPU intra-op threads (torch.set_num_threads); None = torch's default
+
+    @property
+    def warmup(self) -> int:
+        return 1 if self.quick else 3
+
+    @property
+    def repeats(self) -> int:
+        return 5 if self.quick else 10
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device == "cuda"
+
+
+@dataclass(frozen=True, slots=True)
+class BenchTask:
+    """One output file: `run()` returns its rows."""
+
+    op: str
+    category: str  # "operator" | "nccl"
+    columns: tuple[str, ...]
+    run: Callable[[], list[tuple[float, ...]]]
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def device_name(config: BenchConfig) -> str:
+    """A GPU/CPU name usable in sample file names (no underscores or spaces), e.g. NVIDIAH200."""
+    if config.on_gpu:
+        raw = _torch().cuda.get_device_name(0)
+    else:
+        raw = "CPU-" + (_cpu_model() or platform.machine() or "unknown")
+    return re.sub(r"[^A-Za-z0-9.\-]", "", raw) or "device"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _torch_dtype(config: BenchConfig) -> Any:
+    torch = _torch()
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[config.dtype]
+
+
+# ---- timing --------------------------------------------------------------------------------------------
+def time_us(fn: Callable[[], Any], config: BenchConfig) -> float:
+    """Time of `fn` in microseconds: the median of CUDA-event times on a GPU; on a CPU the minimum of the
+    wall times, as `timeit` advises (other processes on a shared CPU only ever add time)."""
+    torch = _torch()
+    for _ in range(config.warmup):
+        fn()
+    samples: list[float] = []
+    if config.on_gpu:
+        torch.cuda.synchronize()
+        for _ in range(config.repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e3)
+    else:
+        for _ in range(config.repeats):
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e6)
+        return min(samples)
+    return statistics.median(samples)
+
+
+def _forward_backward_us(forward: Callable[[], Any], inputs: list[Any], config: BenchConfig) -> tuple[float, float]:
+    """(forward, backward) microseconds of an autograd op; backward w.r.t. `inputs`."""
+    torch = _torch()
+    out = forward()
+    grad = torch.randn_like(out)
+    t_forward = time_us(forward, config)
+    t_backward = time_us(lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True), config)
+    return t_forward, t_backward
+
+
+# ---- shapes -------------------------------------------------------------------------------------------
+def _log_uniform(rng: random.Random, low: int, high: int, multiple: int) -> int:
+    value = math.exp(rng.uniform(math.log(low), math.log(high)))
+    return max(multiple, int(round(value / multiple)) * multiple)
+
+
+def _sizes(config: BenchConfig) -> dict[str, Any]:
+    """Shape ranges: small enough for a laptop CPU in quick mode, transformer-sized on a GPU."""
+    if config.on_gpu:
+        return {
+            "gemm": (256, 16384, 24 if config.quick else 120),
+            "tokens": (1024, 2048, 4096, 8192),
+            "dims": (1024, 2048, 4096, 8192),
+            "heads": (8, 16, 32, 64),
+            "head_dims": (64, 128),
+            "seqs": (512, 1024, 2048, 4096),
+            "opt_dims": (1024, 2048, 4096),
+            "opt_layers": (1, 2, 4),
+            "message_bytes": [2**p for p in range(16, 29, 2 if config.quick else 1)],
+        }
+    if config.quick:  # a laptop CPU (2 cores) in a few seconds per file
+        return {
+            "gemm": (32, 512, 12),
+            "tokens": (64, 128, 256),
+            "dims": (64, 128, 256),
+            "heads": (2, 4),
+            "head_dims": (16, 32),
+            "seqs": (64, 128, 256),
+            "opt_dims": (32, 64, 128),
+            "opt_layers": (1, 2),
+            "message_bytes": [2**p for p in range(12, 23, 2)],
+        }
+    return {
+        "gemm": (64, 2048, 60),
+        "tokens": (128, 256, 512, 1024, 2048),
+        "dims": (128, 256, 512, 1024, 2048),
+        "heads": (2, 4, 8, 16),
+        "head_dims": (32, 64),
+        "seqs": (128, 256, 512, 1024),
+        "opt_dims": (128, 256, 512, 1024),
+        "opt_layers": (1, 2, 4),
+        "message_bytes": [2**p for p in range(14, 25)],
+    }
+
+
+def _subset(items: list[Any], keep: int, seed: int) -> list[Any]:
+    if len(items) <= keep:
+        return items
+    return random.Random(seed).sample(items, keep)
+
+
+# ---- operator benchmarks ----------------------------------------------------------------------------------
+def _gemm_rows(config: BenchConfig) -> list[tuple[float, ...]]:
+    torch = _torch()
+    low, high, count = _sizes(config)["gemm"]
+    rng = random.Random(config.seed)
+    dtype, device = _torch_dtype(config), config.device
+    rows = []
+    for _ in range(count):
+        m, n, k = (_log_uniform(rng, low, high, 16) for _ in range(3))
+        x = torch.randn(m, k, dtype=dtype, device=device)
+        w = torch.randn(k, n, dtype=dtype, device=device)
+        dy = torch.randn(m, n, dtype=dtype, device=device)
+        t_forward = time_us(lambda x=x, w=w: x @ w, config)
+        t_backward = time_us(lambda x=x, w=w, dy=dy: (dy @ w.T, x.T @ dy), config)
+        rows.append((m, n, k, t_forward, t_backward))
+    return rows
+
+
+def _token_shapes(config: BenchConfig, keep: int) -> Iterator[tuple[int, int, int]]:
+    """(b, l, dim) combinations, a fixed subset."""
+    sizes = _sizes(config)
+    shapes = [(b, seq, d) for b in (1, 2) for seq in sizes["tokens"] for d in sizes["dims"]]
+    yield from _subset(shapes, keep, config.seed)
+
+
+def _per_token_rows(config: BenchConfig, op: str) -> list[tuple[float, ...]]:
+    torch = _torch()
+    F = torch.nn.functional
+    dtype, device = _torch_dtype(config), config.device
+    keep = 6 if config.quick else 40
+    rows = []
+    for b, seq, dim in _token_shapes(config, keep):
+        tokens = b * seq
+        if op == "gelu":  # on the MLP's 4h intermediate (mp = 1)
+            x = torch.randn(tokens, 4 * dim, dtype=dtype, device=device, requires_grad=True)
+            times = _forward_backward_us(lambda x=x: F.gelu(x), [x], config)
+            rows.append((1, b, seq, dim, *times))
+            continue
+        x = torch.randn(tokens, dim, dtype=dtype, device=device, requires_grad=True)
+        if op == "layernorm":
+            w = torch.ones(dim, dtype=dtype, device=device, requires_grad=True)
+            bias = torch.zeros(dim, dtype=dtype, device=device, requires_grad=True)
+            times = _forward_backward_us(
+                lambda x=x, w=w, bias=bias, dim=dim: F.layer_norm(x, (dim,), w, bias), [x, w, bias], config
+            )
+        elif op == "RMSlayernorm":
+            w = torch.ones(dim, dtype=dtype, device=device, requires_grad=True)
+            times = _forward_backward_us(lambda x=x, w=w, dim=dim: F.rms_norm(x, (dim,), w), [x, w], config)
+        elif op == "res_add":
+            y = torch.randn_like(x, requires_grad=True)
+            times = _forward_backward_us(lambda x=x, y=y: x + y, [x, y], config)
+        else:
+            raise ValueError(op)
+        rows.append((b, seq, dim, *times))
+    return rows
+
+
+def _rotary(x: Any, cos: Any, sin: Any) -> Any:
+    """Megatron's apply_rotary_pos_emb (rotate-half form) on x [l, b, heads, head_dim]."""
+    torch = _torch()
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _attention_like_rows(config: BenchConfig, op: str) -> list[tuple[float, ...]]:
+    torch = _torch()
+    F = torch.nn.functional
+    sizes = _sizes(config)
+    dtype, device = _torch_dtype(config), config.device
+    shapes = [
+        (b, h, seq, d) for b in (1, 2) for h in sizes["heads"] for seq in sizes["seqs"] for d in sizes["head_dims"]
+    ]
+    rows = []
+    for b, heads, seq, head_dim in _subset(shapes, 6 if config.quick else 40, config.seed):
+        dim = heads * head_dim
+        if op == "flash_atten":
+            q, k, v = (
+                torch.randn(b, heads, seq, head_dim, dtype=dtype, device=device, requires_grad=True) for _ in range(3)
+            )
+            times = _forward_backward_us(
+                lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=True), [q, k, v], config
+            )
+            rows.append((1, b, heads, seq, dim, *times))
+        elif op == "RoPE":
+            x = torch.randn(seq, b, heads, head_dim, dtype=dtype, device=device, requires_grad=True)
+            angle = torch.randn(seq, 1, 1, head_dim, dtype=dtype, device=device)
+            cos, sin = angle.cos(), angle.sin()
+            times = _forward_backward_us(lambda x=x, cos=cos, sin=sin: _rotary(x, cos, sin), [x], config)
+            rows.append((1, b, heads, seq, dim, *times))
+        elif op == "softmax":
+            x = torch.randn(b, heads, seq, seq, dtype=dtype, device=device, requires_grad=True)
+            times = _forward_backward_us(lambda x=x: F.softmax(x, dim=-1), [x], config)
+            rows.append((1, b, heads, seq, *times))
+        else:
+            raise ValueError(op)
+    return rows
+
+
+def _vocab_rows(config: BenchConfig, op: str) -> list[tuple[float, ...]]:
+    torch = _torch()
+    F = torch.nn.functional
+    dtype, device = _torch_dtype(config), config.device
+    vocab = VOCAB_QUICK if config.quick else VOCAB_FULL
+    rows = []
+    for b, seq, dim in _token_shapes(config, 6 if config.quick else 30):
+        tokens = b * seq
+        target = torch.randint(0, vocab, (tokens,), device=device)
+        if op == "cross_entropy":  # fp32 loss over 16-bit logits, as Megatron's vocab-parallel loss
+            logits = torch.randn(tokens, vocab, dtype=dtype, device=device, requires_grad=True)
+            times = _forward_backward_us(lambda lg=logits, t=target: F.cross_entropy(lg.float(), t), [logits], config)
+            rows.append((1, b, seq, vocab, *times))
+        elif op == "embedding":
+            table = torch.randn(vocab, dim, dtype=dtype, device=device, requires_grad=True)
+            times = _forward_backward_us(lambda t=target, w=table: F.embedding(t, w), [table], config)
+            rows.append((1, b, seq, dim, vocab, *times))
+        else:
+            raise ValueError(op)
+    return rows
+
+
+def _optimizer_rows(config: BenchConfig) -> list[tuple[float, ...]]:
+    """One AdamW step over `encoders` transformer layers of width `dim` (weights 12 dim^2, norms, biases)."""
+    torch = _torch()
+    sizes = _sizes(config)
+    rows = []
+    for dim in sizes["opt_dims"]:
+        for layers in sizes["opt_layers"]:
+            shapes = [(dim, 3 * dim), (3 * dim,), (dim, dim), (dim,), (dim, 4 * dim), (4 * dim,), (4 * dim, dim)]
+            shapes += [(dim,)] * 5  # second linear bias, two LayerNorms (weight, bias)
+            params = [torch.randn(*s, device=config.device, requires_grad=True) for _ in range(layers) for s in shapes]
+            for p in params:
+                p.grad = torch.randn_like(p)
+            kwargs = {"fused": True} if config.on_gpu else {"foreach": True}
+            optimizer = torch.optim.AdamW(params, lr=1e-4, **kwargs)
+            t_step = time_us(optimizer.step, config)
+            n_params = sum(p.numel() for p in params)
+            rows.append((1, dim, layers, n_params, t_step))
+    return rows
+
+
+# ---- collectives -----------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _collective_worker(rank: int, world: int, port: int, config: BenchConfig, result_path: str) -> None:
+    """One process of the collective benchmark (module level: started with the spawn method)."""
+    import datetime
+
+    torch = _torch()
+    dist = torch.distributed
+    backend = "nccl" if config.on_gpu else "gloo"
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    if config.on_gpu:
+        torch.cuda.set_device(rank)
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=120),
+    )
+    dtype = _torch_dtype(config)
+    element_bytes = torch.tensor([], dtype=dtype).element_size()
+    results: dict[str, list[tuple[float, float]]] = {"allreduce": [], "allgather": [], "p2p": []}
+    device = f"cuda:{rank}" if config.on_gpu else "cpu"
+
+    def timed(fn: Callable[[], Any]) -> float:
+        dist.barrier()
+        return time_us(fn, config)
+
+    for message_bytes in _sizes(config)["message_bytes"]:
+        elements = max(1, message_bytes // element_bytes)
+        buffer = torch.ones(elements, dtype=dtype, device=device)
+        results["allreduce"].append((elements, timed(lambda b=buffer: dist.all_reduce(b))))
+        gathered = [torch.empty_like(buffer) for _ in range(world)]
+        results["allgather"].append((elements, timed(lambda b=buffer, g=gathered: dist.all_gather(g, b))))
+
+        def ping_pong(b: Any = buffer) -> None:  # rank 0 <-> rank 1; one way = half the round trip
+            if rank == 0:
+                dist.send(b, 1)
+                dist.recv(b, 1)
+            elif rank == 1:
+                dist.recv(b, 0)
+                dist.send(b, 0)
+
+        results["p2p"].append((elements, timed(ping_pong) / 2))
+    if rank == 0:
+        Path(result_path).write_text(json.dumps(results))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def collective_world_size(config: BenchConfig) -> int:
+    return _torch().cuda.device_count() if config.on_gpu else 2
+
+
+def _collective_rows(config: BenchConfig) -> dict[str, list[tuple[float, ...]]]:
+    torch = _torch()
+    world = collective_world_size(config)
+    if world < 2:
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        result_path = os.path.join(tmp, "collectives.json")
+        torch.multiprocessing.start_processes(
+            _collective_worker,
+            args=(world, _free_port(), config, result_path),
+            nprocs=world,
+            join=True,
+            start_method="spawn",
+        )
+        results = json.loads(Path(result_path).read_text())
+    # send/recv runs between two GPUs of the node: the kernel-samples' p2p_fp16_1_2 topology
+    return {
+        op: [(elements, 1, 2 if op == "p2p" else world, t_us) for elements, t_us in rows]
+        for op, rows in results.items()
+    }
+
+
+# ---- the plan ------------------------------------------------------------------------------------------
+def plan_benchmarks(config: BenchConfig) -> list[BenchTask]:
+    """The operator benchmarks, one task per output file (collectives are `collective_task`)."""
+    per_token = ("b", "l", "dim", *FWD_BWD_COLUMNS)
+    attention = ("mp", "b", "h", "l", "dim", *FWD_BWD_COLUMNS)
+    return [
+        BenchTask("gemm", "operator", ("m", "n", "k", *FWD_BWD_COLUMNS), lambda: _gemm_rows(config)),
+        BenchTask("flash_atten", "operator", attention, lambda: _attention_like_rows(config, "flash_atten")),
+        BenchTask("layernorm", "operator", per_token, lambda: _per_token_rows(config, "layernorm")),
+        BenchTask("RMSlayernorm", "operator", per_token, lambda: _per_token_rows(config, "RMSlayernorm")),
+        BenchTask("gelu", "operator", ("mp", *per_token), lambda: _per_token_rows(config, "gelu")),
+        BenchTask("res_add", "operator", per_token, lambda: _per_token_rows(config, "res_add")),
+        BenchTask("RoPE", "operator", attention, lambda: _attention_like_rows(config, "RoPE")),
+        BenchTask(
+            "softmax",
+            "operator",
+            ("mp", "b", "h", "l", *FWD_BWD_COLUMNS),
+            lambda: _attention_like_rows(config, "softmax"),
+        ),
+        BenchTask(
+            "cross_entropy",
+            "operator",
+            ("mp", "b", "l", "vocab", *FWD_BWD_COLUMNS),
+            lambda: _vocab_rows(config, "cross_entropy"),
+        ),
+        BenchTask(
+            "embedding",
+            "operator",
+            ("mp", "b", "l", "dim", "vocab", *FWD_BWD_COLUMNS),
+            lambda: _vocab_rows(config, "embedding"),
+        ),
+        BenchTask(
+            "middleStage_optimizer",
+            "operator",
+            ("mp", "dim", "encoders", "params", "dur(us)"),
+            lambda: _optimizer_rows(config),
+        ),
+    ]
+
+
+COLLECTIVE_COLUMNS = ("shape", "nodes", "GPUsPerNode", "dur(us)")
+
+
+def collective_ops() -> tuple[str, ...]:
+    return ("allreduce", "allgather", "p2p")
+
+
+def write_task(
+    out: Path,
+    gpu: str,
+    config: BenchConfig,
+    op: str,
+    category: str,
+    columns: tuple[str, ...],
+    rows: list,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+) -> Path:
+    path = out / category / sample_file_name(gpu, op, config.dtype, nodes, gpus_per_node)
+    write_sample_table(path, columns, rows)
+    return path
+
+
+def run_collectives(config: BenchConfig, out: Path, gpu: str) -> list[Path]:
+    """Spawn the local processes, time the collectives and write one file per collective."""
+    paths = []
+    for op, rows in _collective_rows(config).items():
+        paths.append(write_task(out, gpu, config, op, "nccl", COLLECTIVE_COLUMNS, rows, 1, int(rows[0][2])))
+    return paths
+
+
+def run_benchmarks(
+    config: BenchConfig,
+    out: Path,
+    on_start: Callable[[str], None] | None = None,
+    on_done: Callable[[str, Path | None], None] | None = None,
+) -> list[Path]:
+    """Run every benchmark and write its file under `out`; callbacks report progress per file."""
+    torch = _torch()
+    torch.manual_seed(config.seed)
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    gpu = device_name(config)
+    paths: list[Path] = []
+    for task in plan_benchmarks(config):
+        if on_start:
+            on_start(task.op)
+        path = write_task(out, gpu, config, task.op, task.category, task.columns, task.run())
+        paths.append(path)
+        if on_done:
+            on_done(task.op, path)
+    if on_start:
+        on_start("collectives")
+    collective_paths = run_collectives(config, out, gpu)
+    paths += collective_paths
+    paths.append(_write_metadata(out, gpu, config))
+    if on_done:
+        on_done("collectives", collective_paths[0] if collective_paths else None)
+    return paths
+
+
+def _write_metadata(out: Path, gpu: str, config: BenchConfig) -> Path:
+    """`measure.json`: how the samples were taken (the fit ignores it; people read it)."""
+    torch = _torch()
+    path = out / "measure.json"
+    metadata = {
+        "device": gpu,
+        "torch": torch.__version__,
+        "dtype": config.dtype,
+        "quick": config.quick,
+        "threads": torch.get_num_threads() if not config.on_gpu else None,
+        "timing": "median of CUDA events" if config.on_gpu else "minimum of wall times",
+        "warmup": config.warmup,
+        "repeats": config.repeats,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    path.write_text(json.dumps(metadata, indent=1) + "\n")
+    return path
