@@ -67,7 +67,10 @@ class MeasuredBlock:
 
 def with_measured_compute(cost: BlockCost, measured: MeasuredBlock) -> BlockCost:
     """Replace a block's modelled compute by measured compute; keep its modelled communication."""
-    recompute_compute = measured.forward_s if cost.recompute_compute_s > 0 else 0.0
+    # recompute redoes the share of the forward the model says it redoes (all of it under full recompute)
+    modelled_forward = cost.forward_s - cost.forward_comm_exposed_s
+    share = min(1.0, cost.recompute_compute_s / modelled_forward) if modelled_forward > 0 else 0.0
+    recompute_compute = measured.forward_s * share
     recompute_comm = cost.recompute_s - cost.recompute_compute_s
     recompute = recompute_compute + recompute_comm if cost.recompute_s > 0 else 0.0
     return replace(
