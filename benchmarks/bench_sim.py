@@ -12,7 +12,7 @@ import time
 
 from paraplan.sim.costs import uniform_chunk, uniform_costs
 from paraplan.sim.engine import simulate
-from paraplan.sim.plan import _build_large, _build_small, build_plan
+from paraplan.sim.plan import _build_large, _build_small
 from paraplan.sim.schedules import rank_programs
 
 TARGET_MS = 20.0

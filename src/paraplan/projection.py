@@ -63,7 +63,7 @@ def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, c
         ops = L.mtp_ops(model, shard, vocab)
     else:
         raise ValueError(kind)
-    layer_input = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
+    layer_input = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
     cost = block_cost(ops, recompute, ctx, layer_input)
     if kind == "embedding":  # the lookup table is a weight without a GEMM: V/tp x h on this rank
         cost = replace(cost, dense_params=vocab // shard.tp * model.hidden_size)
@@ -125,7 +125,7 @@ def project_specs(
     stages = virtual_stages(model, train)
     chunks = chunks_per_rank(train)
     holder = chunk_model_stage(train.pipeline_schedule, train.pp, train.vpp)
-    layer_input_bytes = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
+    layer_input_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
 
     stage_costs: list[tuple[ChunkCost, ChunkExtras, float, float]] = []
     dp_memo: dict[tuple[float, float, int], tuple[float, float, float, float]] = {}
@@ -302,7 +302,7 @@ def _dp_times(
     dp_group = groups[CommAxis.DP]
     edp = expert_dp(train)
     edp_group = place_group(edp, train.etp * train.ep, system.gpus_per_node)
-    grad_bytes = 4 if train.grad_reduce_in_fp32 else 2
+    grad_bytes = 4 if train.grad_reduce_in_fp32 or train.precision == "fp32" else 2
 
     def coll(kind: CommKind, params: float, nbytes_per: float, group: GroupPlacement) -> float:
         return collective_time_s(kind, params * nbytes_per, group, system, cal)
@@ -349,10 +349,10 @@ def _comm_buffer_bytes(model: ModelSpec, shard: L.Shard, train: TrainingSpec) ->
     h = model.hidden_size
     buffers = 0.0
     if shard.sp:
-        buffers += L.ACT_BYTES * shard.tokens * h  # gathered sequence for the next GEMM
+        buffers += shard.act_bytes * shard.tokens * h  # gathered sequence for the next GEMM
     if model.is_moe and train.ep > 1:
         own = shard.tokens // shard.tp if shard.sp else shard.tokens
-        buffers += 2 * L.ACT_BYTES * own * model.moe_router_topk * h
+        buffers += 2 * shard.act_bytes * own * model.moe_router_topk * h
     return buffers
 
 

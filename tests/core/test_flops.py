@@ -13,11 +13,11 @@ GPT = ModelSpec(
 )  # fmt: skip
 
 
-def megatron_72(B: int, s: int, l: int, h: int, V: int) -> float:
+def megatron_72(B: int, s: int, l: int, h: int, V: int) -> float:  # noqa: E741 - the paper's names
     return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
 
 
-def megatron_96(B: int, s: int, l: int, h: int, V: int) -> float:
+def megatron_96(B: int, s: int, l: int, h: int, V: int) -> float:  # noqa: E741 - the paper's names
     return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
 
 

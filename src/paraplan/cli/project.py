@@ -260,7 +260,8 @@ def _print_projection(result: Projection, as_json: bool) -> None:
     head.add_row(
         "layout",
         f"tp={t.tp} pp={t.pp} vpp={t.vpp} cp={t.cp} ep={t.ep} dp={t.dp} mbs={t.mbs} gbs={t.gbs} seq={t.seq} "
-        f"({t.num_microbatches} micro-batches, {t.pipeline_schedule}, {t.precision}, recompute {t.recompute_granularity})",
+        f"({t.num_microbatches} micro-batches, {t.pipeline_schedule}, {t.precision}, "
+        f"recompute {t.recompute_granularity})",
     )
     head.add_row("step time", _fmt_s(result.step_time_s))
     head.add_row("throughput", f"{result.tokens_per_sec_per_gpu:,.0f} tokens/s per GPU")

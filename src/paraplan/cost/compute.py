@@ -48,9 +48,11 @@ def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     precision = op.precision
     peak = gpu.peak_flops(precision)
     eff = max(gemm_efficiency(shape, gpu, precision, cal), 0.02)
-    element_bytes = 1 if precision in FP8 else 2
+    element_bytes = 1 if precision in FP8 else 4 if precision == "fp32" else 2
+    out_bytes = 4 if precision == "fp32" else 2
     io_bytes = (
-        element_bytes * (shape.m * shape.k + shape.k * shape.n) * shape.count + 2 * shape.m * shape.n * shape.count
+        element_bytes * (shape.m * shape.k + shape.k * shape.n) * shape.count
+        + out_bytes * shape.m * shape.n * shape.count
     )
     compute_s = op.flops / (peak * eff)
     memory_s = io_bytes / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
@@ -76,7 +78,7 @@ def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     eff = max(base * head_factor * seq_factor / (4096 / (4096 + _ATTN_SEQ_HALF)), 0.02)
     if "alibi" in op.tags:
         eff *= cal.alibi_attention_factor
-    peak = gpu.peak_flops("bf16")
+    peak = gpu.peak_flops("fp32" if op.precision == "fp32" else "bf16")  # attention is 16-bit in FP8 runs too
     memory_s = op.bytes_moved / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
     return max(flops / (peak * eff), memory_s) + cal.kernel_launch_s
 

@@ -23,13 +23,19 @@ from paraplan.graph.ops import (
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.training import TrainingSpec
 
-ACT_BYTES = 2  # bf16/fp16 activations
+ACT_BYTES = 2  # bf16/fp16 activations (mixed precision, FP8 GEMMs included); fp32 training: FP32_ACT_BYTES
+FP32_ACT_BYTES = 4
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti et al. 2022)
 LOGIT_BYTES = 4  # Megatron's vocab-parallel cross-entropy works in fp32
 FP8_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
 
 SELECTIVE = frozenset({"selective"})
 MOE = frozenset({"moe"})
+
+
+def activation_bytes(precision: str) -> int:
+    """Bytes per activation element for a training precision ("fp32": 4; mixed precision: 2)."""
+    return FP32_ACT_BYTES if precision == "fp32" else ACT_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +66,16 @@ class Shard:
     def gemm_precision(self) -> str:
         return self.precision
 
+    @property
+    def act_bytes(self) -> int:
+        """Bytes per activation element: 4 when training in plain fp32, else 2 (16-bit activations)."""
+        return activation_bytes(self.precision)
+
+    @property
+    def act_precision(self) -> str:
+        """Precision of the memory-bound ops and of attention: "fp32" in fp32 training, else "bf16"."""
+        return "fp32" if self.precision == "fp32" else "bf16"
+
     @classmethod
     def of(cls, train: TrainingSpec) -> Shard:
         return cls(
@@ -82,7 +98,7 @@ def _gemm(name: str, m: int, n: int, k: int, shard: Shard, saved: float, count: 
         kind=OpKind.GEMM,
         phase=Phase.FORWARD,
         flops=2.0 * m * n * k * count,
-        bytes_moved=float(ACT_BYTES * (m * k + k * n + m * n) * count),
+        bytes_moved=float(shard.act_bytes * (m * k + k * n + m * n) * count),
         gemm=GemmShape(m=m, n=n, k=k, count=count),
         saved_bytes=saved,
         precision=shard.gemm_precision,
@@ -94,7 +110,13 @@ def _gemm(name: str, m: int, n: int, k: int, shard: Shard, saved: float, count: 
 
 
 def _elementwise(
-    name: str, bytes_moved: float, saved: float = 0.0, flops: float = 0.0, tags=frozenset(), host_ops: int = 1
+    shard: Shard,
+    name: str,
+    bytes_moved: float,
+    saved: float = 0.0,
+    flops: float = 0.0,
+    tags=frozenset(),
+    host_ops: int = 1,
 ) -> Op:
     return Op(
         name=name,
@@ -103,7 +125,7 @@ def _elementwise(
         flops=flops,
         bytes_moved=bytes_moved,
         saved_bytes=saved,
-        precision="bf16",
+        precision=shard.act_precision,
         tags=tags,
         host_ops=host_ops,
     )
@@ -123,7 +145,7 @@ def _comm(name: str, kind: CommKind, axis: CommAxis, group: int, nbytes: float, 
 def _tp_enter(name: str, shard: Shard, width: int) -> list[Op]:
     """Entering a TP region: all-gather of the sequence shards under SP (identity otherwise)."""
     if shard.tp > 1 and shard.sp:
-        return [_comm(name, CommKind.ALL_GATHER, CommAxis.TP, shard.tp, ACT_BYTES * shard.tokens * width)]
+        return [_comm(name, CommKind.ALL_GATHER, CommAxis.TP, shard.tp, shard.act_bytes * shard.tokens * width)]
     return []
 
 
@@ -132,20 +154,22 @@ def _tp_exit(name: str, shard: Shard, width: int) -> list[Op]:
     if shard.tp == 1:
         return []
     kind = CommKind.REDUCE_SCATTER if shard.sp else CommKind.ALL_REDUCE
-    return [_comm(name, kind, CommAxis.TP, shard.tp, ACT_BYTES * shard.tokens * width)]
+    return [_comm(name, kind, CommAxis.TP, shard.tp, shard.act_bytes * shard.tokens * width)]
 
 
 def _norm(name: str, model: ModelSpec, shard: Shard) -> Op:
     elems = shard.tokens * model.hidden_size / shard.sp_div
-    return _elementwise(name, bytes_moved=2 * ACT_BYTES * elems, saved=ACT_BYTES * elems, flops=5 * elems)
+    return _elementwise(
+        shard, name, bytes_moved=2 * shard.act_bytes * elems, saved=shard.act_bytes * elems, flops=5 * elems
+    )
 
 
 def _residual(name: str, model: ModelSpec, shard: Shard) -> list[Op]:
     elems = shard.tokens * model.hidden_size / shard.sp_div
     ops = []
     if model.dropout:
-        ops.append(_elementwise(f"{name}_dropout", 2 * ACT_BYTES * elems, saved=MASK_BYTES * elems))
-    ops.append(_elementwise(name, 3 * ACT_BYTES * elems, flops=elems))
+        ops.append(_elementwise(shard, f"{name}_dropout", 2 * shard.act_bytes * elems, saved=MASK_BYTES * elems))
+    ops.append(_elementwise(shard, name, 3 * shard.act_bytes * elems, flops=elems))
     return ops
 
 
@@ -159,7 +183,7 @@ def _core_attention(model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d
     # Model FLOPs count the full s x s square (Megatron's convention); kernels skip the masked half.
     flops = 2.0 * b * heads * s * skv * (d_qk + d_v)
     if shard.flash:
-        io_bytes = ACT_BYTES * b * (s * heads * (d_qk + d_v) + skv * kv_heads * (d_qk + d_v))
+        io_bytes = shard.act_bytes * b * (s * heads * (d_qk + d_v) + skv * kv_heads * (d_qk + d_v))
         return [
             Op(
                 name="attn_core",
@@ -169,7 +193,7 @@ def _core_attention(model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d
                 bytes_moved=float(io_bytes),
                 attention=shape,
                 saved_bytes=float(4 * b * heads * s),  # fp32 log-sum-exp per query row
-                precision="bf16",
+                precision=shard.act_precision,
                 tags=frozenset({"alibi"}) if model.position == "alibi" else frozenset(),
             )
         ]
@@ -182,19 +206,26 @@ def _core_attention(model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d
             kind=OpKind.GEMM,
             phase=Phase.FORWARD,
             flops=2.0 * score_elems * d_qk,
-            bytes_moved=float(ACT_BYTES * (b * heads * (s + skv) * d_qk + score_elems)),
+            bytes_moved=float(shard.act_bytes * (b * heads * (s + skv) * d_qk + score_elems)),
             gemm=GemmShape(m=s, n=skv, k=d_qk, count=b * heads),
-            precision="bf16",
+            precision=shard.act_precision,
             tags=SELECTIVE,
         ),
-        _elementwise("attn_softmax", 2 * ACT_BYTES * score_elems, saved=ACT_BYTES * score_elems, tags=SELECTIVE),
+        _elementwise(
+            shard,
+            "attn_softmax",
+            2 * shard.act_bytes * score_elems,
+            saved=shard.act_bytes * score_elems,
+            tags=SELECTIVE,
+        ),
     ]
     if model.dropout:
         ops.append(
             _elementwise(
+                shard,
                 "attn_dropout",
-                2 * ACT_BYTES * score_elems,
-                saved=(MASK_BYTES + ACT_BYTES) * score_elems,
+                2 * shard.act_bytes * score_elems,
+                saved=(MASK_BYTES + shard.act_bytes) * score_elems,
                 tags=SELECTIVE,
             )
         )
@@ -204,9 +235,9 @@ def _core_attention(model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d
             kind=OpKind.GEMM,
             phase=Phase.FORWARD,
             flops=2.0 * score_elems * d_v,
-            bytes_moved=float(ACT_BYTES * (score_elems + b * heads * (s + skv) * d_v)),
+            bytes_moved=float(shard.act_bytes * (score_elems + b * heads * (s + skv) * d_v)),
             gemm=GemmShape(m=s, n=d_v, k=skv, count=b * heads),
-            precision="bf16",
+            precision=shard.act_precision,
             tags=SELECTIVE,
         )
     )
@@ -217,7 +248,7 @@ def _cp_exchange(model: ModelSpec, shard: Shard, kv_width: int) -> list[Op]:
     """Context parallelism: ring exchange of K and V, cp - 1 steps (Megatron's p2p CP, overlapped)."""
     if shard.cp == 1:
         return []
-    nbytes = ACT_BYTES * shard.tokens * kv_width * (shard.cp - 1)
+    nbytes = shard.act_bytes * shard.tokens * kv_width * (shard.cp - 1)
     return [_comm("cp_kv_exchange", CommKind.SEND_RECV, CommAxis.CP, shard.cp, nbytes)]
 
 
@@ -230,13 +261,13 @@ def attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     tokens = shard.tokens
     ops = [_norm("attn_norm", model, shard), *_tp_enter("tp_ag_attn", shard, h)]
     qkv_width = (heads + 2 * kv_heads) * d
-    qkv_saved = ACT_BYTES * tokens * (h / shard.sp_div + qkv_width)  # its input, and Q, K, V for attention
+    qkv_saved = shard.act_bytes * tokens * (h / shard.sp_div + qkv_width)  # its input, and Q, K, V for attention
     ops.append(_gemm("qkv", tokens, qkv_width, h, shard, saved=qkv_saved))
     if model.position == "rope":
-        ops.append(_elementwise("rotary", 2 * ACT_BYTES * tokens * (heads + kv_heads) * d))
+        ops.append(_elementwise(shard, "rotary", 2 * shard.act_bytes * tokens * (heads + kv_heads) * d))
     ops += _cp_exchange(model, shard, 2 * kv_heads * d)
     ops += _core_attention(model, shard, heads, kv_heads, d, d)
-    ops.append(_gemm("attn_out", tokens, h, heads * d, shard, saved=ACT_BYTES * tokens * heads * d))
+    ops.append(_gemm("attn_out", tokens, h, heads * d, shard, saved=shard.act_bytes * tokens * heads * d))
     ops += _tp_exit("tp_rs_attn", shard, h)
     ops += _residual("attn_residual", model, shard)
     return ops
@@ -253,25 +284,31 @@ def mla_attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     kv_rank = model.kv_lora_rank or 0
     tokens = shard.tokens
     ops = [_norm("attn_norm", model, shard), *_tp_enter("tp_ag_attn", shard, h)]
-    in_saved = ACT_BYTES * tokens * h / shard.sp_div
+    in_saved = shard.act_bytes * tokens * h / shard.sp_div
     q_width = heads * (d_nope + d_rope)
     if model.q_lora_rank:
         q_rank = model.q_lora_rank
         ops.append(_gemm("q_down", tokens, q_rank, h, shard, saved=in_saved, tags=frozenset({"mla"})))
-        ops.append(_elementwise("q_norm", 2 * ACT_BYTES * tokens * q_rank, saved=ACT_BYTES * tokens * q_rank))
-        q_saved = ACT_BYTES * tokens * (q_rank + q_width)
+        ops.append(
+            _elementwise(
+                shard, "q_norm", 2 * shard.act_bytes * tokens * q_rank, saved=shard.act_bytes * tokens * q_rank
+            )
+        )
+        q_saved = shard.act_bytes * tokens * (q_rank + q_width)
         ops.append(_gemm("q_up", tokens, q_width, q_rank, shard, saved=q_saved))
     else:
-        ops.append(_gemm("q_proj", tokens, q_width, h, shard, saved=in_saved + ACT_BYTES * tokens * q_width))
+        ops.append(_gemm("q_proj", tokens, q_width, h, shard, saved=in_saved + shard.act_bytes * tokens * q_width))
     ops.append(_gemm("kv_down", tokens, kv_rank + d_rope, h, shard, saved=0.0, tags=frozenset({"mla"})))
-    ops.append(_elementwise("kv_norm", 2 * ACT_BYTES * tokens * kv_rank, saved=ACT_BYTES * tokens * kv_rank))
+    ops.append(
+        _elementwise(shard, "kv_norm", 2 * shard.act_bytes * tokens * kv_rank, saved=shard.act_bytes * tokens * kv_rank)
+    )
     kv_width = heads * (d_nope + d_v)
-    kv_saved = ACT_BYTES * tokens * (kv_rank + kv_width + d_rope)
+    kv_saved = shard.act_bytes * tokens * (kv_rank + kv_width + d_rope)
     ops.append(_gemm("kv_up", tokens, kv_width, kv_rank, shard, saved=kv_saved))
-    ops.append(_elementwise("rotary", 2 * ACT_BYTES * tokens * (heads + 1) * d_rope))
+    ops.append(_elementwise(shard, "rotary", 2 * shard.act_bytes * tokens * (heads + 1) * d_rope))
     ops += _cp_exchange(model, shard, heads * (d_nope + d_rope + d_v))
     ops += _core_attention(model, shard, heads, heads, d_nope + d_rope, d_v)
-    ops.append(_gemm("attn_out", tokens, h, heads * d_v, shard, saved=ACT_BYTES * tokens * heads * d_v))
+    ops.append(_gemm("attn_out", tokens, h, heads * d_v, shard, saved=shard.act_bytes * tokens * heads * d_v))
     ops += _tp_exit("tp_rs_attn", shard, h)
     ops += _residual("attn_residual", model, shard)
     return ops
@@ -281,11 +318,13 @@ def _mlp_body(prefix: str, model: ModelSpec, shard: Shard, tokens: int, ffn_loca
     """Up (gate+up fused when gated), activation, down. `count` grouped GEMMs (experts on this rank)."""
     h = model.hidden_size
     up_width = 2 * ffn_local if model.gated_mlp else ffn_local
-    act_in = ACT_BYTES * tokens * up_width * count
-    act_out = ACT_BYTES * tokens * ffn_local * count
+    act_in = shard.act_bytes * tokens * up_width * count
+    act_out = shard.act_bytes * tokens * ffn_local * count
     return [
         _gemm(f"{prefix}_up", tokens, up_width, h, shard, saved=0.0, count=count, tags=tags),
-        _elementwise(f"{prefix}_act", act_in + act_out, saved=act_in, flops=4 * tokens * up_width * count, tags=tags),
+        _elementwise(
+            shard, f"{prefix}_act", act_in + act_out, saved=act_in, flops=4 * tokens * up_width * count, tags=tags
+        ),
         _gemm(f"{prefix}_down", tokens, h, ffn_local, shard, saved=act_out, count=count, tags=tags),
     ]
 
@@ -296,7 +335,9 @@ def mlp_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     body = _mlp_body("mlp", model, shard, shard.tokens, model.ffn_hidden_size // shard.tp, 1, frozenset())
     # the MLP input (norm output, sharded under SP) is saved by the up-projection
     up = body[0]
-    body[0] = _gemm(up.name, up.gemm.m, up.gemm.n, up.gemm.k, shard, saved=ACT_BYTES * shard.tokens * h / shard.sp_div)
+    body[0] = _gemm(
+        up.name, up.gemm.m, up.gemm.n, up.gemm.k, shard, saved=shard.act_bytes * shard.tokens * h / shard.sp_div
+    )
     ops += body
     ops += _tp_exit("tp_rs_mlp", shard, h)
     ops += _residual("mlp_residual", model, shard)
@@ -318,12 +359,14 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     tokens_per_expert = max(1, round(routed_pairs * shard.etp / local_experts))
     ffn_local = model.expert_ffn // shard.etp
     ops = [_norm("mlp_norm", model, shard)]
-    ops.append(_gemm("router", own_tokens, model.num_experts, h, shard, saved=ACT_BYTES * own_tokens * h, tags=MOE))
+    ops.append(
+        _gemm("router", own_tokens, model.num_experts, h, shard, saved=shard.act_bytes * own_tokens * h, tags=MOE)
+    )
     # Megatron TopKRouter: fp32 softmax, top-k, load-balancing aux loss, z-loss, token histogram and the
     # device-to-host copy of the counts: about 20 small kernels.
-    ops.append(_elementwise("router_topk", 4 * own_tokens * model.num_experts * 2, tags=MOE, host_ops=20))
-    ops.append(_elementwise("permute", 2 * ACT_BYTES * routed_pairs * h, tags=MOE, host_ops=4))
-    dispatch_bytes = ACT_BYTES * routed_pairs * h
+    ops.append(_elementwise(shard, "router_topk", 4 * own_tokens * model.num_experts * 2, tags=MOE, host_ops=20))
+    ops.append(_elementwise(shard, "permute", 2 * shard.act_bytes * routed_pairs * h, tags=MOE, host_ops=4))
+    dispatch_bytes = shard.act_bytes * routed_pairs * h
     if shard.ep > 1:
         ops.append(_comm("ep_dispatch", CommKind.ALL_TO_ALL, CommAxis.EP, shard.ep, dispatch_bytes, tags=MOE))
     if shard.etp > 1:
@@ -336,7 +379,7 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
         up.gemm.n,
         up.gemm.k,
         shard,
-        saved=ACT_BYTES * tokens_per_expert * local_experts * h,
+        saved=shard.act_bytes * tokens_per_expert * local_experts * h,
         count=local_experts,
         tags=MOE,
     )
@@ -355,7 +398,9 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     if shard.ep > 1:
         ops.append(_comm("ep_combine", CommKind.ALL_TO_ALL, CommAxis.EP, shard.ep, dispatch_bytes, tags=MOE))
     ops.append(
-        _elementwise("unpermute", 2 * ACT_BYTES * routed_pairs * h, saved=4 * routed_pairs, tags=MOE, host_ops=4)
+        _elementwise(
+            shard, "unpermute", 2 * shard.act_bytes * routed_pairs * h, saved=4 * routed_pairs, tags=MOE, host_ops=4
+        )
     )
     if model.moe_shared_expert_intermediate_size:
         ops += _tp_enter("tp_ag_shared", shard, h)
@@ -381,7 +426,7 @@ def padded_vocab(model: ModelSpec, tp: int) -> int:
 
 def embedding_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     elems = shard.tokens * model.hidden_size
-    ops = [_elementwise("embedding", 2 * ACT_BYTES * elems)]
+    ops = [_elementwise(shard, "embedding", 2 * shard.act_bytes * elems)]
     if shard.tp > 1:  # vocab-parallel lookup ends in an all-reduce (or reduce-scatter under SP)
         ops += _tp_exit("tp_embedding", shard, model.hidden_size)
     return ops
@@ -392,9 +437,11 @@ def head_ops(model: ModelSpec, shard: Shard, vocab: int) -> list[Op]:
     h, tokens = model.hidden_size, shard.tokens
     v_local = vocab // shard.tp
     ops = [_norm("final_norm", model, shard), *_tp_enter("tp_ag_head", shard, h)]
-    ops.append(_gemm("lm_head", tokens, v_local, h, shard, saved=ACT_BYTES * tokens * h / shard.sp_div))
+    ops.append(_gemm("lm_head", tokens, v_local, h, shard, saved=shard.act_bytes * tokens * h / shard.sp_div))
     logits = tokens * v_local
-    ops.append(_elementwise("cross_entropy", (ACT_BYTES + 2 * LOGIT_BYTES) * logits, saved=LOGIT_BYTES * logits))
+    ops.append(
+        _elementwise(shard, "cross_entropy", (shard.act_bytes + 2 * LOGIT_BYTES) * logits, saved=LOGIT_BYTES * logits)
+    )
     if shard.tp > 1:  # max and sum-exp all-reduces over the vocab shards (tiny)
         ops.append(_comm("tp_ce_reduce", CommKind.ALL_REDUCE, CommAxis.TP, shard.tp, 3 * 4 * tokens))
     return ops
@@ -405,7 +452,7 @@ def mtp_ops(model: ModelSpec, shard: Shard, vocab: int) -> list[Op]:
     layer (MoE in DeepSeek-V3) and the shared LM head with its loss."""
     h, tokens = model.hidden_size, shard.tokens
     ops = [_norm("mtp_norm_h", model, shard), _norm("mtp_norm_e", model, shard)]
-    ops.append(_gemm("mtp_proj", tokens, h, 2 * h // shard.tp, shard, saved=ACT_BYTES * tokens * 2 * h))
+    ops.append(_gemm("mtp_proj", tokens, h, 2 * h // shard.tp, shard, saved=shard.act_bytes * tokens * 2 * h))
     ops += mla_attention_ops(model, shard) if model.is_mla else attention_ops(model, shard)
     ops += moe_ops(model, shard) if model.is_moe else mlp_ops(model, shard)
     ops += head_ops(model, shard, vocab)

@@ -3,13 +3,15 @@
 Operators (one file each under <out>/operator/, columns as in arXiv 2509.22832's release, plus `gemm`):
 GEMMs over log-uniformly sampled (m, n, k) with forward Y = X W and backward dX = dY W^T plus
 dW = X^T dY timed together; causal SDPA attention; LayerNorm and RMSNorm; GELU; residual add; RoPE
-(Megatron's rotate-half form); cross-entropy in fp32 over a vocabulary; embedding lookup; one AdamW
-step. Collectives (<out>/nccl/, `shape` = elements per rank for all-gather, of the buffer otherwise):
-all-reduce, all-gather and a send/recv ping-pong among local processes, over gloo on CPU (2 processes)
-or NCCL on CUDA (all local GPUs, if there are at least 2).
+(Megatron's rotate-half form); cross-entropy in fp32 over a vocabulary; embedding lookup; one fused
+AdamW step over fp32 parameters (Megatron's fp32 master weights; torch's fused kernel on CPUs too).
+Collectives (<out>/nccl/, `shape` = elements per rank for all-gather, of the buffer otherwise): all-reduce,
+all-gather and a send/recv ping-pong among local processes, over gloo on CPU (2 processes) or NCCL on CUDA
+(all local GPUs, if there are at least 2).
 
-Times follow warm-up calls: medians of CUDA-event times on a GPU, minima of wall times on a CPU. torch is imported
-lazily: importing this module does not need it.
+Times follow warm-up calls: medians of CUDA-event times on a GPU, minima of wall times on a CPU (of the thread's
+CPU times for operators measured with one thread; see `time_us`). torch is imported lazily: importing this
+module does not need it.
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ class BenchConfig:
 
     @property
     def repeats(self) -> int:
-        return 5 if self.quick else 10
+        """Timed calls per shape: 10, or 5 for a quick run on a GPU (a CPU's minima need more tries on a busy
+        machine, and its quick shapes are cheap)."""
+        return 5 if self.quick and self.on_gpu else 10
 
     @property
     def on_gpu(self) -> bool:
@@ -100,9 +104,12 @@ def _torch_dtype(config: BenchConfig) -> Any:
 
 
 # ---- timing --------------------------------------------------------------------------------------------
-def time_us(fn: Callable[[], Any], config: BenchConfig) -> float:
+def time_us(fn: Callable[[], Any], config: BenchConfig, wall: bool = False) -> float:
     """Time of `fn` in microseconds: the median of CUDA-event times on a GPU; on a CPU the minimum of the
-    wall times, as `timeit` advises (other processes on a shared CPU only ever add time)."""
+    wall times, as `timeit` advises (other processes on a shared CPU only ever add time). With one CPU thread
+    (`threads=1`) the minimum of the calling thread's CPU times instead, unless `wall`: the op runs on that
+    thread alone, and time it spent preempted by other processes does not count (on a busy machine a
+    millisecond-long op is rarely left alone for a whole run, so wall-time minima of long ops overstate)."""
     torch = _torch()
     for _ in range(config.warmup):
         fn()
@@ -117,10 +124,11 @@ def time_us(fn: Callable[[], Any], config: BenchConfig) -> float:
             end.synchronize()
             samples.append(start.elapsed_time(end) * 1e3)
     else:
+        clock = time.perf_counter if wall or config.threads != 1 else time.thread_time
         for _ in range(config.repeats):
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            samples.append((time.perf_counter() - t0) * 1e6)
+            samples.append((clock() - t0) * 1e6)
         return min(samples)
     return statistics.median(samples)
 
@@ -155,17 +163,18 @@ def _sizes(config: BenchConfig) -> dict[str, Any]:
             "opt_layers": (1, 2, 4),
             "message_bytes": [2**p for p in range(16, 29, 2 if config.quick else 1)],
         }
-    if config.quick:  # a laptop CPU (2 cores) in a few seconds per file
+    if config.quick:  # a laptop CPU (2 cores) in a few seconds per file; covers `paraplan.measure.e2e`'s model
         return {
-            "gemm": (32, 512, 12),
+            "gemm": (32, 2048, 24),
             "tokens": (64, 128, 256),
-            "dims": (64, 128, 256),
-            "heads": (2, 4),
-            "head_dims": (16, 32),
+            "dims": (64, 128, 256, 512),
+            "attention_batches": (1, 2, 4),
+            "heads": (2, 4, 8),
+            "head_dims": (16, 32, 64),
             "seqs": (64, 128, 256),
-            "opt_dims": (32, 64, 128),
+            "opt_dims": (64, 128, 256, 512),
             "opt_layers": (1, 2),
-            "message_bytes": [2**p for p in range(12, 23, 2)],
+            "message_bytes": [2**p for p in range(13, 26, 2)],  # 8 KiB to 32 MiB
         }
     return {
         "gemm": (64, 2048, 60),
@@ -184,6 +193,15 @@ def _subset(items: list[Any], keep: int, seed: int) -> list[Any]:
     if len(items) <= keep:
         return items
     return random.Random(seed).sample(items, keep)
+
+
+def _spread(items: list[tuple[int, ...]], keep: int) -> list[tuple[int, ...]]:
+    """`keep` shapes evenly spaced in size (product of the dims), the smallest and the largest included: a few
+    samples that still span the whole range (quick mode; a random subset may miss the large end)."""
+    if len(items) <= keep:
+        return items
+    ordered = sorted(items, key=lambda shape: (math.prod(shape), shape))
+    return [ordered[round(i * (len(ordered) - 1) / (keep - 1))] for i in range(keep)]
 
 
 # ---- operator benchmarks ----------------------------------------------------------------------------------
@@ -208,14 +226,14 @@ def _token_shapes(config: BenchConfig, keep: int) -> Iterator[tuple[int, int, in
     """(b, l, dim) combinations, a fixed subset."""
     sizes = _sizes(config)
     shapes = [(b, seq, d) for b in (1, 2) for seq in sizes["tokens"] for d in sizes["dims"]]
-    yield from _subset(shapes, keep, config.seed)
+    yield from _spread(shapes, keep) if config.quick else _subset(shapes, keep, config.seed)
 
 
 def _per_token_rows(config: BenchConfig, op: str) -> list[tuple[float, ...]]:
     torch = _torch()
     F = torch.nn.functional
     dtype, device = _torch_dtype(config), config.device
-    keep = 6 if config.quick else 40
+    keep = 10 if config.quick else 40
     rows = []
     for b, seq, dim in _token_shapes(config, keep):
         tokens = b * seq
@@ -256,10 +274,15 @@ def _attention_like_rows(config: BenchConfig, op: str) -> list[tuple[float, ...]
     sizes = _sizes(config)
     dtype, device = _torch_dtype(config), config.device
     shapes = [
-        (b, h, seq, d) for b in (1, 2) for h in sizes["heads"] for seq in sizes["seqs"] for d in sizes["head_dims"]
+        (b, h, seq, d)
+        for b in sizes.get("attention_batches", (1, 2))
+        for h in sizes["heads"]
+        for seq in sizes["seqs"]
+        for d in sizes["head_dims"]
     ]
+    chosen = _spread(shapes, 12) if config.quick else _subset(shapes, 40, config.seed)
     rows = []
-    for b, heads, seq, head_dim in _subset(shapes, 6 if config.quick else 40, config.seed):
+    for b, heads, seq, head_dim in chosen:
         dim = heads * head_dim
         if op == "flash_atten":
             q, k, v = (
@@ -290,7 +313,7 @@ def _vocab_rows(config: BenchConfig, op: str) -> list[tuple[float, ...]]:
     dtype, device = _torch_dtype(config), config.device
     vocab = VOCAB_QUICK if config.quick else VOCAB_FULL
     rows = []
-    for b, seq, dim in _token_shapes(config, 6 if config.quick else 30):
+    for b, seq, dim in _token_shapes(config, 10 if config.quick else 30):
         tokens = b * seq
         target = torch.randint(0, vocab, (tokens,), device=device)
         if op == "cross_entropy":  # fp32 loss over 16-bit logits, as Megatron's vocab-parallel loss
@@ -318,8 +341,7 @@ def _optimizer_rows(config: BenchConfig) -> list[tuple[float, ...]]:
             params = [torch.randn(*s, device=config.device, requires_grad=True) for _ in range(layers) for s in shapes]
             for p in params:
                 p.grad = torch.randn_like(p)
-            kwargs = {"fused": True} if config.on_gpu else {"foreach": True}
-            optimizer = torch.optim.AdamW(params, lr=1e-4, **kwargs)
+            optimizer = torch.optim.AdamW(params, lr=1e-4, fused=True)  # fused kernels on CPUs too (torch >= 2.4)
             t_step = time_us(optimizer.step, config)
             n_params = sum(p.numel() for p in params)
             rows.append((1, dim, layers, n_params, t_step))
@@ -356,9 +378,9 @@ def _collective_worker(rank: int, world: int, port: int, config: BenchConfig, re
     results: dict[str, list[tuple[float, float]]] = {"allreduce": [], "allgather": [], "p2p": []}
     device = f"cuda:{rank}" if config.on_gpu else "cpu"
 
-    def timed(fn: Callable[[], Any]) -> float:
+    def timed(fn: Callable[[], Any]) -> float:  # wall time: a collective waits for its peers
         dist.barrier()
-        return time_us(fn, config)
+        return time_us(fn, config, wall=True)
 
     for message_bytes in _sizes(config)["message_bytes"]:
         elements = max(1, message_bytes // element_bytes)
@@ -519,7 +541,9 @@ def _write_metadata(out: Path, gpu: str, config: BenchConfig) -> Path:
         "dtype": config.dtype,
         "quick": config.quick,
         "threads": torch.get_num_threads() if not config.on_gpu else None,
-        "timing": "median of CUDA events" if config.on_gpu else "minimum of wall times",
+        "timing": "median of CUDA events"
+        if config.on_gpu
+        else "minimum of wall times" + (" (operators: of thread CPU times)" if config.threads == 1 else ""),
         "warmup": config.warmup,
         "repeats": config.repeats,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -15,6 +15,8 @@ from paraplan.specs.training import TrainingSpec
 GIB = 2**30
 WEIGHT_BYTES = 2  # bf16/fp16 model weights
 MASTER_AND_ADAM_BYTES = 12  # fp32 master weights + Adam m and v
+FP32_WEIGHT_BYTES = 4  # plain fp32 training: the weights are the master copy
+ADAM_BYTES = 8  # fp32 Adam m and v
 CUDA_CONTEXT_BYTES = 0.75 * GIB  # CUDA context, cuBLAS/cuDNN workspaces, NCCL (nvidia-smi on an idle job)
 FRAGMENTATION = 0.05  # caching-allocator fragmentation on activations (PyTorch memory stats, typical)
 HEADROOM = 0.03  # margin kept free of the HBM capacity for the FITS verdict
@@ -76,24 +78,27 @@ def state_bytes(
     and the one prefetched).
     """
     dp = train.dp * train.cp  # Megatron shards over the data-parallel group that includes CP
-    grad_bytes = 4 if train.grad_reduce_in_fp32 else 2
+    fp32 = train.precision == "fp32"  # plain fp32: fp32 weights and grads, no separate master copy
+    weight_bytes = FP32_WEIGHT_BYTES if fp32 else WEIGHT_BYTES
+    grad_bytes = 4 if train.grad_reduce_in_fp32 or fp32 else 2
+    optimizer_bytes = ADAM_BYTES if fp32 else MASTER_AND_ADAM_BYTES
     if train.shards_params:
         # torch FSDP / ZeRO-3 mixed precision: fp32 sharded params and grads, Adam moments; bf16 gathered units
         shard = dense_params / dp + expert_params / expert_dp
         return {
-            "weights": WEIGHT_BYTES * gathered_params + 4 * shard,
-            "gradients": 4 * shard + WEIGHT_BYTES * gathered_params,
+            "weights": weight_bytes * gathered_params + 4 * shard,
+            "gradients": 4 * shard + weight_bytes * gathered_params,
             "optimizer": 8 * shard,
         }
-    weights = WEIGHT_BYTES * (dense_params + expert_params)
+    weights = weight_bytes * (dense_params + expert_params)
     if train.zero_stage >= 2:
         grads = grad_bytes * (dense_params / dp + expert_params / expert_dp)
     else:
         grads = grad_bytes * (dense_params + expert_params)
     if train.shards_optimizer:
-        optimizer = MASTER_AND_ADAM_BYTES * (dense_params / dp + expert_params / expert_dp)
+        optimizer = optimizer_bytes * (dense_params / dp + expert_params / expert_dp)
     else:
-        optimizer = MASTER_AND_ADAM_BYTES * (dense_params + expert_params)
+        optimizer = optimizer_bytes * (dense_params + expert_params)
     return {"weights": weights, "gradients": grads, "optimizer": optimizer}
 
 

@@ -13,6 +13,11 @@ Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev"]
 
 PRECISIONS = ("fp16", "bf16", "fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
+"""Mixed-precision training: 16-bit activations, GEMMs in the named precision (what the tuner searches)."""
+TRAINING_PRECISIONS = (*PRECISIONS, "fp32")
+"""Every precision a projection accepts: also plain fp32 training (fp32 weights, gradients, Adam states and
+activations; CPU reference runs, `paraplan.measure.e2e`). fp32 math is costed on the GpuSpec's `fp16_tflops`
+(`specs.system.PRECISION_PEAK_KEY`): a CPU's spec puts its fp32 matmul rate there."""
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 RECOMPUTES = ("none", "selective", "full")
 
@@ -63,8 +68,10 @@ class TrainingSpec:
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
     moe_ep_overlap: bool = False
-    """Overlap the EP all-to-all with other compute (DualPipe-style or Megatron's `--overlap-moe-expert-parallel-comm`)."""
+    """Overlap the EP all-to-all with other compute (DualPipe-style, or Megatron's
+    `--overlap-moe-expert-parallel-comm`)."""
     precision: str = "bf16"
+    """One of TRAINING_PRECISIONS."""
     attention_backend: Literal["flash", "unfused"] = "flash"
     """Fused flash attention (saves only Q, K, V, O and the log-sum-exp) or Megatron's unfused core
     attention (saves the softmax and dropout outputs: the 5*a*s^2*b term of Korthikanti et al.)."""

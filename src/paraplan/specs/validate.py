@@ -8,7 +8,7 @@ from paraplan.errors import ConfigError
 from paraplan.sim.schedules import stage_order, validate_schedule
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.training import PRECISIONS, RECOMPUTES, TrainingSpec
+from paraplan.specs.training import RECOMPUTES, TRAINING_PRECISIONS, TrainingSpec
 
 
 def resolve_dp(train: TrainingSpec, system: SystemSpec) -> TrainingSpec:
@@ -54,8 +54,8 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"global batch {train.gbs} must be divisible by mbs*dp = {train.mbs}*{dp} = {train.mbs * dp}")
     m = train.num_microbatches
     schedule = train.pipeline_schedule
-    if train.precision not in PRECISIONS:
-        p.append(f"unknown precision '{train.precision}': choose one of {', '.join(PRECISIONS)}")
+    if train.precision not in TRAINING_PRECISIONS:
+        p.append(f"unknown precision '{train.precision}': choose one of {', '.join(TRAINING_PRECISIONS)}")
     elif not system.gpu.supports(train.precision):
         p.append(f"precision {train.precision} is not supported by {system.gpu.name} (no tensor-core peak for it)")
     elif train.precision in ("mxfp8", "nvfp4") and system.gpu.fp4_tflops <= 0:

@@ -135,8 +135,8 @@ def default_projector(options: ProjectionOptions | None = None) -> Projector:
 def profile_projector(profile: str) -> Projector:
     """`auto`: rows on a GPU with a shipped profile use it, other rows stay analytic. A path: every row
     uses that profile where it covers an op (filter the rows with --source to one GPU's runs)."""
-    from paraplan.cost.profiled import timer_for
     from paraplan.cost.profile import shipped_profile
+    from paraplan.cost.profiled import timer_for
 
     def run(m: MeasuredRun) -> Projection:
         gpu = m.system.gpu.name

@@ -1,0 +1,807 @@
+"""A small reference training run on this machine's CPU, to check projections end to end.
+
+A Llama-style decoder (RMSNorm, grouped-query attention through `scaled_dot_product_attention`, rotary
+embeddings, SwiGLU MLP, tied or untied LM head, cross-entropy in fp32) trained with fused AdamW for a few
+steps, in one process or data-parallel over gloo (local processes); plus what a CPU projection needs
+measured here (`measure_cpu`, `framework_overhead`, `fit_allreduce`, `cpu_system`, `cpu_calibration`) and
+breakdowns of the projected and the real step (`projected_ops`, `step_breakdown`, `measured_categories`).
+
+The layout follows what paraplan's operator graph (`paraplan.graph.layers`) models, so that a projection
+of the same model and batch is comparable op for op: one fused QKV projection with one rotary call over
+the query and key heads, one fused gate+up projection, the whole model in the training dtype (parameters,
+gradients and AdamW states; no master copy), and data parallelism as one all-reduce of a contiguous
+gradient buffer after the backward (Megatron's DDP without overlap: `overlap_grad_reduce=False`). The loss
+is divided by the data-parallel size before the backward, so the summed gradients are the mean.
+
+fp32 by default (`--precision fp32` in paraplan): on CPUs with AMX, bf16 matmuls are fast but PyTorch's
+bf16 flash-attention backward takes a scalar path (20x its forward, 5x the fp32 backward, time nearly
+independent of the work, so `paraplan fit` rejects its samples) and bf16 elementwise kernels convert on
+every op.
+
+Step times are wall-clock and process CPU times of whole steps (forward, backward, gradient all-reduce,
+optimizer step, zeroing gradients) after warm-up; the data-parallel time of a step is the slowest rank's.
+torch is imported lazily: importing this module does not need it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.training import TrainingSpec
+
+if TYPE_CHECKING:
+    from paraplan.cost.calibration import Calibration
+    from paraplan.result import Projection
+    from paraplan.specs.system import SystemSpec
+
+
+@dataclass(frozen=True, slots=True)
+class TinyLlama:
+    """Model shape. Widths should lie inside the `paraplan measure --quick` sample ranges (see `bench`)."""
+
+    vocab: int = 1024  # a multiple of 128: Megatron's padding (and paraplan's) leaves it unchanged
+    hidden: int = 512
+    layers: int = 2
+    heads: int = 8
+    kv_heads: int = 2
+    ffn: int = 1408  # about 2.75 x hidden, as Llama (gate and up: 2 x 1408)
+    tied: bool = False
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def model_spec(self) -> ModelSpec:
+        return ModelSpec(
+            name="tiny-llama-cpu",
+            num_layers=self.layers,
+            hidden_size=self.hidden,
+            ffn_hidden_size=self.ffn,
+            num_attention_heads=self.heads,
+            vocab_size=self.vocab,
+            num_query_groups=self.kv_heads,
+            activation="swiglu",
+            norm="rmsnorm",
+            position="rope",
+            tied_embeddings=self.tied,
+            source="paraplan.measure.e2e",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    batch: int = 4  # sequences per rank per step (one micro-batch)
+    seq: int = 128
+    steps: int = 8  # timed steps
+    warmup: int = 2
+    dtype: str = "fp32"  # "fp32" | "bf16" (see the module doc for why fp32 is the default on CPUs)
+    threads: int = 1  # torch intra-op threads per process
+    lr: float = 1e-3
+    seed: int = 0
+
+    def training_spec(self, world: int) -> TrainingSpec:
+        """The same run as paraplan describes it: dp = world, one micro-batch per rank and step."""
+        return TrainingSpec(
+            data_parallel_size=world,
+            micro_batch_size=self.batch,
+            global_batch_size=self.batch * world,
+            seq_length=self.seq,
+            precision=self.dtype,
+            grad_reduce_in_fp32=self.dtype == "fp32",  # gradients are all-reduced in the training dtype
+            overlap_grad_reduce=False,
+            attention_backend="flash",
+            framework="pytorch-cpu",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimes:
+    """Measured seconds per timed step: wall clock, and the CPU time of the process (all its threads).
+    Data-parallel runs: the slowest rank's, step by step."""
+
+    world: int
+    steps_s: tuple[float, ...]
+    cpu_s: tuple[float, ...] = ()
+    losses: tuple[float, ...] = ()
+    params: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.steps_s)
+
+    @property
+    def min_s(self) -> float:
+        return min(self.steps_s)
+
+    @property
+    def median_cpu_s(self) -> float:
+        return statistics.median(self.cpu_s)
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def torch_dtype(name: str) -> Any:
+    torch = _torch()
+    return {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[name]
+
+
+# ---- the model --------------------------------------------------------------------------------------------
+def build_model(config: TinyLlama, dtype: str = "fp32", seed: int = 0) -> Any:
+    """The decoder as a torch.nn.Module in `dtype`; forward(tokens [b, s], targets [b, s]) -> scalar loss."""
+    torch = _torch()
+    nn, F = torch.nn, torch.nn.functional
+
+    class RMSNorm(nn.Module):
+        def __init__(self, dim: int) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(dim))
+
+        def forward(self, x: Any) -> Any:
+            return F.rms_norm(x, (x.shape[-1],), self.weight, config.norm_eps)
+
+    def rotate(x: Any, cos: Any, sin: Any) -> Any:  # rotate-half form (Megatron's), x [b, s, heads, d]
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            c = config
+            self.qkv = nn.Linear(c.hidden, (c.heads + 2 * c.kv_heads) * c.head_dim, bias=False)
+            self.out = nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
+
+        def forward(self, x: Any, cos: Any, sin: Any) -> Any:
+            c = config
+            b, s, _ = x.shape
+            qk, v = self.qkv(x).split([(c.heads + c.kv_heads) * c.head_dim, c.kv_heads * c.head_dim], -1)
+            # one rotary call over the query and key heads together, as paraplan's single "rotary" op
+            q, k = rotate(qk.view(b, s, c.heads + c.kv_heads, c.head_dim), cos, sin).split([c.heads, c.kv_heads], 2)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=c.kv_heads != c.heads)
+            return self.out(o.transpose(1, 2).reshape(b, s, c.heads * c.head_dim))
+
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate_up = nn.Linear(config.hidden, 2 * config.ffn, bias=False)
+            self.down = nn.Linear(config.ffn, config.hidden, bias=False)
+
+        def forward(self, x: Any) -> Any:
+            gate, up = self.gate_up(x).chunk(2, dim=-1)
+            return self.down(F.silu(gate) * up)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn_norm, self.attn = RMSNorm(config.hidden), Attention()
+            self.mlp_norm, self.mlp = RMSNorm(config.hidden), MLP()
+
+        def forward(self, x: Any, cos: Any, sin: Any) -> Any:
+            x = x + self.attn(self.attn_norm(x), cos, sin)
+            return x + self.mlp(self.mlp_norm(x))
+
+    class Decoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embedding = nn.Embedding(config.vocab, config.hidden)
+            self.blocks = nn.ModuleList(Block() for _ in range(config.layers))
+            self.final_norm = RMSNorm(config.hidden)
+            self.lm_head = nn.Linear(config.hidden, config.vocab, bias=False)
+            if config.tied:
+                self.lm_head.weight = self.embedding.weight
+
+        def rotary(self, seq: int, dtype: Any) -> tuple[Any, Any]:
+            d = config.head_dim
+            inv = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+            angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv)
+            angles = torch.cat((angles, angles), dim=-1)[:, None, :]  # [s, 1, d]: broadcast over batch and heads
+            return angles.cos().to(dtype), angles.sin().to(dtype)
+
+        def forward(self, tokens: Any, targets: Any, cos: Any, sin: Any) -> Any:
+            x = self.embedding(tokens)
+            for block in self.blocks:
+                x = block(x, cos, sin)
+            logits = self.lm_head(self.final_norm(x))
+            return F.cross_entropy(logits.view(-1, config.vocab).float(), targets.view(-1))  # fp32 loss
+
+    torch.manual_seed(seed)
+    model = Decoder()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.02)
+            if name.endswith("out.weight") or name.endswith("down.weight"):
+                p.mul_(1.0 / (2 * config.layers) ** 0.5)
+    return model.to(torch_dtype(dtype))
+
+
+def parameter_count(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _batches(config: TinyLlama, run: RunConfig, rank: int, count: int) -> list[tuple[Any, Any]]:
+    """Random token sequences (next-token targets), different per rank and step."""
+    torch = _torch()
+    generator = torch.Generator().manual_seed(run.seed * 1000 + rank)
+    out = []
+    for _ in range(count):
+        seq = torch.randint(0, config.vocab, (run.batch, run.seq + 1), generator=generator)
+        out.append((seq[:, :-1].contiguous(), seq[:, 1:].contiguous()))
+    return out
+
+
+class Trainer:
+    """One rank's model, optimizer and (for world > 1) contiguous gradient buffer."""
+
+    def __init__(self, config: TinyLlama, run: RunConfig, world: int = 1) -> None:
+        torch = _torch()
+        self.config, self.run, self.world = config, run, world
+        self.model = build_model(config, run.dtype, run.seed)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.cos, self.sin = self.model.rotary(run.seq, torch_dtype(run.dtype))
+        self.grad_buffer = None
+        self.all_reduce_s: list[float] = []  # wall time of each step's gradient all-reduce
+        if world > 1:  # gradients live in one flat buffer: a single all-reduce per step, no copies
+            total = sum(p.numel() for p in self.params)
+            self.grad_buffer = torch.zeros(total, dtype=torch_dtype(run.dtype))
+            offset = 0
+            for p in self.params:
+                p.grad = self.grad_buffer[offset : offset + p.numel()].view_as(p)
+                offset += p.numel()
+        self.optimizer = torch.optim.AdamW(self.params, lr=run.lr, fused=True)
+
+    def step(self, tokens: Any, targets: Any) -> float:
+        """One training step; returns the loss (a float: the host waits for nothing on a CPU)."""
+        torch = _torch()
+        loss = self.model(tokens, targets, self.cos, self.sin)
+        (loss / self.world if self.world > 1 else loss).backward()
+        if self.grad_buffer is not None:
+            start = time.perf_counter()
+            torch.distributed.all_reduce(self.grad_buffer)
+            self.all_reduce_s.append(time.perf_counter() - start)
+        self.optimizer.step()
+        self._zero_grads()
+        return float(loss.detach())
+
+    def _zero_grads(self) -> None:
+        if self.grad_buffer is not None:
+            self.grad_buffer.zero_()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+
+    def empty_step_s(self, repeats: int = 10) -> float:
+        """The "empty step": what a step does besides forward, backward, all-reduce and optimizer (zeroing the
+        gradients, reading the loss); the minimum of `repeats` wall times."""
+        torch = _torch()
+        loss = torch.zeros((), dtype=torch_dtype(self.run.dtype))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self._zero_grads()
+            float((loss / self.world).detach())
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+
+def _timed_steps(
+    trainer: Trainer, batches: list[tuple[Any, Any]], warmup: int, sync: Callable[[], None] | None
+) -> tuple[list[float], list[float], list[float]]:
+    """(wall seconds, process CPU seconds, losses) of the steps after `warmup`."""
+    times, cpu, losses = [], [], []
+    for i, (tokens, targets) in enumerate(batches):
+        if sync is not None:
+            sync()
+        start, start_cpu = time.perf_counter(), time.process_time()
+        loss = trainer.step(tokens, targets)
+        elapsed, elapsed_cpu = time.perf_counter() - start, time.process_time() - start_cpu
+        if i >= warmup:
+            times.append(elapsed)
+            cpu.append(elapsed_cpu)
+            losses.append(loss)
+    return times, cpu, losses
+
+
+def run_single(config: TinyLlama, run: RunConfig) -> StepTimes:
+    """Train in this process; returns the timed steps."""
+    torch = _torch()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(run.threads)
+    try:
+        trainer = Trainer(config, run, world=1)
+        batches = _batches(config, run, 0, run.warmup + run.steps)
+        times, cpu, losses = _timed_steps(trainer, batches, run.warmup, None)
+        extra = {"empty_step_s": trainer.empty_step_s()}
+    finally:
+        torch.set_num_threads(threads)
+    return StepTimes(1, tuple(times), tuple(cpu), tuple(losses), params=parameter_count(trainer.model), extra=extra)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _dp_worker(rank: int, world: int, port: int, config: TinyLlama, run: RunConfig, result_dir: str) -> None:
+    """One data-parallel rank (module level: started with the spawn method)."""
+    torch = _torch()
+    dist = torch.distributed
+    torch.set_num_threads(run.threads)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=120),
+    )
+    try:
+        trainer = Trainer(config, run, world=world)
+        batches = _batches(config, run, rank, run.warmup + run.steps)
+        times, cpu, losses = _timed_steps(trainer, batches, run.warmup, dist.barrier)
+        check = trainer.params[0].detach().float().sum().reshape(1)  # replicas must stay identical
+        gathered = [torch.zeros(1) for _ in range(world)]
+        dist.all_gather(gathered, check)
+        result = {
+            "times": times,
+            "cpu": cpu,
+            "losses": losses,
+            "params": parameter_count(trainer.model),
+            "replica_sums": [float(g) for g in gathered],
+            "empty_step_s": trainer.empty_step_s(),
+            "all_reduce_s": trainer.all_reduce_s[run.warmup :],
+        }
+        Path(result_dir, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def run_data_parallel(config: TinyLlama, run: RunConfig, world: int = 2) -> StepTimes:
+    """Train data-parallel on `world` local processes over gloo; the step time is the slowest rank's."""
+    torch = _torch()
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.multiprocessing.start_processes(
+            _dp_worker,
+            args=(world, _free_port(), config, run, tmp),
+            nprocs=world,
+            join=True,
+            start_method="spawn",
+        )
+        results = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
+    steps = tuple(max(r["times"][i] for r in results) for i in range(len(results[0]["times"])))
+    cpu = tuple(max(r["cpu"][i] for r in results) for i in range(len(results[0]["cpu"])))
+    extra = {
+        "per_rank_median_s": [statistics.median(r["times"]) for r in results],
+        "replica_sums": results[0]["replica_sums"],
+        "empty_step_s": max(r["empty_step_s"] for r in results),
+        # the slowest rank's all-reduce: the others' also wait for it to finish its backward
+        "all_reduce_s": statistics.median(min(r["all_reduce_s"][i] for r in results) for i in range(len(steps))),
+    }
+    return StepTimes(world, steps, cpu, tuple(results[0]["losses"]), params=results[0]["params"], extra=extra)
+
+
+# ---- this CPU as a paraplan system --------------------------------------------------------------------------
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class CpuFigures:
+    """Quick measurements of this CPU: what its GpuSpec and the framework-overhead calibration need."""
+
+    dtype: str
+    threads: int
+    matmul_flops: float  # FLOP/s of a 1024^3 matmul in `dtype`: the "peak" of the GpuSpec
+    stream_bytes_per_s: float  # an out-of-place add over 8 MiB operands (bytes read and written per second)
+    dispatch_s: float  # one trivial op: eager dispatch without work (the host launch of an op)
+    backward_dispatch_s: float  # the autograd backward of one trivial op
+    memory_gib: float
+
+
+def _min_time_s(fn: Callable[[], Any], warmup: int = 2, repeats: int = 7) -> float:
+    """Minimum wall time of `fn` (other processes on a shared CPU only ever add time)."""
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure_cpu(dtype: str = "fp32", threads: int = 1) -> CpuFigures:
+    """Matmul peak, streaming bandwidth and dispatch costs, with `threads` torch threads."""
+    torch = _torch()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        dt = torch_dtype(dtype)
+        n = 1024
+        a, b = torch.randn(n, n, dtype=dt), torch.randn(n, n, dtype=dt)
+        matmul_flops = 2.0 * n**3 / _min_time_s(lambda: a @ b, repeats=5)
+        elements = 8 * 2**20 // torch.tensor([], dtype=dt).element_size()
+        x, y = torch.randn(elements, dtype=dt), torch.randn(elements, dtype=dt)
+        stream = 3 * x.numel() * x.element_size() / _min_time_s(lambda: x + y)
+        one = torch.ones(1, dtype=dt)
+        dispatch = _min_time_s(lambda: one + one, warmup=20, repeats=200)
+        leaf = torch.ones(1, dtype=dt, requires_grad=True)
+        out = leaf * 2.0
+        grad = torch.ones_like(out)
+        backward = _min_time_s(lambda: torch.autograd.grad(out, leaf, grad, retain_graph=True), 20, 200)
+    finally:
+        torch.set_num_threads(previous)
+    try:
+        memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        memory_gib = 16.0
+    return CpuFigures(dtype, threads, matmul_flops, stream, dispatch, backward, memory_gib)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkFit:
+    """A line t = latency + bytes / bandwidth through measured all-reduce times: through the smallest and the
+    largest message (the latency regime and the bandwidth regime that a gradient all-reduce is in)."""
+
+    bytes_per_s: float
+    latency_s: float
+    samples: int
+    max_error: float  # the largest relative error of the line over the samples
+    largest_bytes: float
+
+
+def fit_allreduce(samples_root: Path, group: int = 2) -> LinkFit:
+    """Fit the line to the `nccl/<CPU>_allreduce_<dtype>_1_<group>.csv` samples that `paraplan measure` wrote."""
+    import numpy as np
+
+    from paraplan.measure.samples import SampleError, find_sample_files, read_sample_table
+
+    files = [
+        f
+        for f in find_sample_files(samples_root)
+        if f.category == "nccl" and f.op == "allreduce" and f.nodes == 1 and f.gpus_per_node == group
+    ]
+    if len(files) != 1:
+        raise SampleError(f"expected one all-reduce sample file for 1 x {group} under {samples_root}")
+    table = read_sample_table(files[0])
+    nbytes = table.column("shape") * ELEMENT_BYTES[files[0].precision]
+    t = table.column("dur(us)") * 1e-6
+    small, large = int(np.argmin(nbytes)), int(np.argmax(nbytes))
+    inverse = max((t[large] - t[small]) / (nbytes[large] - nbytes[small]), 1e-15)
+    latency = max(0.0, float(t[small] - nbytes[small] * inverse))
+    error = float(np.max(np.abs((latency + nbytes * inverse) / t - 1.0)))
+    return LinkFit(1.0 / inverse, latency, len(t), error, float(nbytes[large]))
+
+
+def cpu_system(figures: CpuFigures, link: LinkFit, world: int) -> SystemSpec:
+    """This CPU as a one-node system of `world` "GPUs" (one process each, `figures.threads` threads).
+
+    The all-reduce line maps onto the core's ring model inside a scale-up domain with efficiency 1 and no
+    half-bandwidth size (`cpu_calibration`): a 2-rank all-reduce of S bytes costs S / bandwidth + 2 latency,
+    so the measured line's intercept is split over the two steps. fp32 runs on the `fp16_tflops` field
+    (`specs.system.PRECISION_PEAK_KEY`); both 16-bit fields carry the measured matmul rate.
+    """
+    from paraplan.specs.system import GpuSpec, SystemSpec
+
+    tflops = figures.matmul_flops / 1e12
+    gpu = GpuSpec(
+        name=f"cpu-{figures.threads}t",
+        fp16_tflops=tflops,
+        bf16_tflops=tflops,
+        fp8_tflops=0.0,
+        fp4_tflops=0.0,
+        hbm_gib=figures.memory_gib,
+        hbm_tbps=figures.stream_bytes_per_s / 1e12,
+        sm_count=figures.threads,
+        source=f"measured: {figures.dtype} 1024^3 matmul, 8 MiB add, {figures.threads} thread(s)",
+    )
+    gbps = link.bytes_per_s / 1e9
+    return SystemSpec(
+        gpu=gpu,
+        num_gpus=world,
+        gpus_per_node=2,
+        scale_up_gbps=gbps,
+        nic_gbps=8 * gbps,
+        scale_up_latency_us=link.latency_s / 2 * 1e6,
+        nic_latency_us=link.latency_s / 2 * 1e6,
+        name="this CPU (local processes over gloo)",
+    )
+
+
+def cpu_calibration(
+    figures: CpuFigures, optimizer_s_per_param: float, overhead: FrameworkOverhead, bookkeeping_s: float = 0.0
+) -> Calibration:
+    """Framework constants measured here instead of the GPU frameworks' fitted ones.
+
+    Efficiencies are 1: the peak and the bandwidth are what this CPU reached, and the fitted profile covers
+    most operators anyway. Host launch per op and the kernel floor are one trivial op's dispatch, the
+    backward factor that of its autograd backward (on a CPU the host runs the ops, so the launch floor only
+    matters where an op would take less than its dispatch). The optimizer's bytes per parameter turn the
+    measured seconds per parameter into the core's bandwidth-bound Adam term. The empty step gives the
+    per-micro-batch and per-step framework time; `bookkeeping_s` (the trainer's own per-step work, such as
+    zeroing a data-parallel gradient buffer) is added to the step's.
+    """
+    from paraplan.cost.calibration import Calibration
+
+    return Calibration(
+        gemm_efficiency=1.0,
+        fp8_gemm_efficiency=1.0,
+        attention_efficiency=1.0,
+        attention_backward_efficiency=1.0,
+        memory_efficiency=1.0,
+        kernel_launch_s=figures.dispatch_s,
+        host_launch_s=figures.dispatch_s,
+        host_backward_factor=figures.backward_dispatch_s / figures.dispatch_s,
+        scale_up_efficiency=1.0,
+        scale_out_efficiency=1.0,
+        comm_half_bytes=0.0,
+        optimizer_bytes_per_param=optimizer_s_per_param * figures.stream_bytes_per_s,
+        step_overhead_s=overhead.step_s + bookkeeping_s,
+        microbatch_overhead_s=overhead.microbatch_s,
+        source="measured on this CPU (paraplan.measure.e2e)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkOverhead:
+    """PyTorch's own time in a step of the reference model, measured on an (almost) empty step: the same
+    code, layers and heads at negligible widths (head dim 2, FFN 2, vocabulary 128, one sequence of 2
+    tokens), so nearly all of it is Python, module calls, dispatch and the autograd engine: what paraplan's
+    per-operator costs do not contain (the size-independent part of the ops it does model is in both)."""
+
+    microbatch_s: float  # forward + backward of one micro-batch
+    step_s: float  # optimizer step + zeroing gradients (the per-tensor part; per-parameter work is modelled)
+
+
+def framework_overhead(config: TinyLlama, run: RunConfig, repeats: int = 10) -> FrameworkOverhead:
+    """Minima over `repeats` empty steps (thread CPU time with one thread, else wall time)."""
+    from dataclasses import replace
+
+    torch = _torch()
+    empty_model = replace(config, vocab=128, hidden=2 * config.heads, ffn=2)
+    empty_run = replace(run, batch=1, seq=2)
+    clock = time.thread_time if run.threads == 1 else time.perf_counter
+    previous = torch.get_num_threads()
+    torch.set_num_threads(run.threads)
+    try:
+        trainer = Trainer(empty_model, empty_run, world=1)
+        tokens, targets = _batches(empty_model, empty_run, 0, 1)[0]
+        microbatch, step = [], []
+        for i in range(repeats + 2):
+            start = clock()
+            loss = trainer.model(tokens, targets, trainer.cos, trainer.sin)
+            loss.backward()
+            middle = clock()
+            trainer.optimizer.step()
+            trainer._zero_grads()
+            float(loss.detach())
+            if i >= 2:
+                microbatch.append(middle - start)
+                step.append(clock() - middle)
+    finally:
+        torch.set_num_threads(previous)
+    return FrameworkOverhead(min(microbatch), min(step))
+
+
+def optimizer_s_per_param(dtype: str = "fp32", threads: int = 1, params: int = 2**21) -> float:
+    """Seconds per parameter of one fused AdamW step (the training's optimizer) over `params` parameters in 8
+    tensors, measured directly (for models outside the profile's optimizer samples: give the model's count,
+    so that the states stream from memory as in a step)."""
+    torch = _torch()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        tensors = [torch.randn(params // 8, dtype=torch_dtype(dtype), requires_grad=True) for _ in range(8)]
+        for p in tensors:
+            p.grad = torch.randn_like(p)
+        optimizer = torch.optim.AdamW(tensors, lr=1e-4, fused=True)
+        return _min_time_s(optimizer.step, repeats=5) / params
+    finally:
+        torch.set_num_threads(previous)
+
+
+def project_cpu(
+    config: TinyLlama, run: RunConfig, world: int, system: SystemSpec, calibration: Calibration, profile: Path
+) -> Projection:
+    """The projection of the reference run: the fitted profile where it covers an op (`--profile PATH`)."""
+    from paraplan.cost.profiled import timer_for
+    from paraplan.projection import ProjectionOptions, project_specs
+
+    options = ProjectionOptions(calibration=calibration, timer=timer_for(str(profile), system.gpu.name))
+    return project_specs(config.model_spec(), system, run.training_spec(world), options)
+
+
+# ---- diagnostics: where the time goes, projected and measured -----------------------------------------------
+@dataclass(frozen=True, slots=True)
+class OpTime:
+    block: str  # "layer" (times `count`), "embedding", "head"
+    name: str
+    phase: str
+    seconds: float
+    source: str  # "profile:<regressor>" or "analytic"
+    count: int = 1
+    category: str = ""
+
+
+def _category(kind: str) -> str:
+    if kind == "gemm":
+        return "gemm"
+    if kind == "attention":
+        return "attention"
+    return "elementwise"
+
+
+def projected_ops(
+    config: TinyLlama, run: RunConfig, system: SystemSpec, calibration: Calibration, profile: Path
+) -> list[OpTime]:
+    """Every compute op of one step on one rank with its projected time and where it came from."""
+    from paraplan.cost.compute import compute_time_s
+    from paraplan.cost.profiled import timer_for
+    from paraplan.graph import layers as L
+    from paraplan.graph.backward import backward_ops
+    from paraplan.graph.ops import OpKind
+
+    model = config.model_spec()
+    shard = L.Shard.of(run.training_spec(1))
+    timer = timer_for(str(profile), system.gpu.name)
+    blocks = [
+        ("embedding", L.embedding_ops(model, shard), 1),
+        ("layer", L.decoder_layer_ops(model, shard, moe=False), model.num_layers),
+        ("head", L.head_ops(model, shard, L.padded_vocab(model, 1)), 1),
+    ]
+    rows = []
+    for block, ops, count in blocks:
+        for forward in ops:
+            if forward.kind is OpKind.COMM:
+                continue
+            for op in [forward, *backward_ops(forward)]:
+                timed = timer(op) if timer is not None else None
+                if timed is None:
+                    timed = (compute_time_s(op, system.gpu, calibration), "analytic")
+                rows.append(OpTime(block, op.name, op.phase.value, *timed, count, _category(op.kind.value)))
+    return rows
+
+
+def projected_categories(projection: Projection, ops: list[OpTime]) -> dict[str, float]:
+    """Seconds per category: gemm, attention, elementwise (compute ops), then optimizer, all-reduce, overhead."""
+    out: dict[str, float] = {}
+    for row in ops:
+        out[row.category] = out.get(row.category, 0.0) + row.seconds * row.count
+    breakdown = projection.breakdown
+    out["optimizer"] = breakdown.get("optimizer", 0.0)
+    out["all_reduce"] = breakdown.get("dp_grad_reduce_exposed", 0.0)
+    microbatches = projection.train.num_microbatches * projection.calibration.microbatch_overhead_s
+    out["framework"] = breakdown.get("framework_overhead", 0.0) + breakdown.get("host_launch_bound", 0.0) + microbatches
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class StepBreakdown:
+    """A single-process step measured op by op: each aten op's CPU time on the training thread (a
+    TorchDispatchMode around every op), the minimum over the steps (the microbenchmarks take minima), summed
+    per category. `framework` is the rest of a step without the mode: the median CPU time of plain steps
+    (run in turn with the timed ones) less the median of the timed steps' op sums: Python, module calls,
+    autograd bookkeeping, dispatch above the ops."""
+
+    categories: dict[str, float]
+    step_s: float  # median CPU time of the plain steps
+    ops: int  # aten ops per step
+
+
+def _aten_category(name: str) -> str:
+    name = name.lower()
+    return next((c for c, keys in _TORCH_CATEGORIES if any(k.lower() in name for k in keys)), "elementwise")
+
+
+def step_breakdown(config: TinyLlama, run: RunConfig, steps: int = 4) -> StepBreakdown:
+    """Where one process's step spends its CPU time, per category (gemm, attention, optimizer, elementwise,
+    framework): `steps` timed op by op, as many plain."""
+    torch = _torch()
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpTimer(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.records: list[tuple[str, float]] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            start = time.thread_time()
+            out = func(*args, **(kwargs or {}))
+            self.records.append((func.overloadpacket.__name__, time.thread_time() - start))
+            return out
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(run.threads)
+    try:
+        trainer = Trainer(config, run, world=1)
+        batches = _batches(config, run, 0, run.warmup + 2 * steps)
+        for tokens, targets in batches[: run.warmup]:
+            trainer.step(tokens, targets)
+        recorded, plain = [], []
+        for i, (tokens, targets) in enumerate(batches[run.warmup :]):
+            start = time.thread_time()
+            if i % 2:
+                trainer.step(tokens, targets)
+                plain.append(time.thread_time() - start)
+                continue
+            timer = OpTimer()
+            with timer:
+                trainer.step(tokens, targets)
+            recorded.append(timer.records)
+    finally:
+        torch.set_num_threads(previous)
+    count = min(len(r) for r in recorded)
+    categories: dict[str, float] = {}
+    for i in range(count):
+        category = _aten_category("aten::" + recorded[0][i][0])
+        categories[category] = categories.get(category, 0.0) + min(r[i][1] for r in recorded)
+    step = statistics.median(plain)
+    categories["framework"] = max(0.0, step - statistics.median(sum(t for _, t in r) for r in recorded))
+    return StepBreakdown(categories, step, count)
+
+
+_TORCH_CATEGORIES = (
+    ("attention", ("scaled_dot_product", "flash_attention")),
+    ("gemm", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")),
+    ("optimizer", ("_fused_adamw", "adamw", "lerp", "addcdiv", "addcmul")),
+    ("all_reduce", ("all_reduce", "allreduce")),
+)
+
+
+def measured_categories(config: TinyLlama, run: RunConfig, steps: int = 2) -> dict[str, float]:
+    """Self CPU seconds per category of one single-process step under the torch profiler (mean of `steps`
+    steps after a warm-up): gemm, attention, optimizer, and everything else as elementwise (with the
+    framework's own time). The profiler adds some overhead of its own."""
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(run.threads)
+    try:
+        trainer = Trainer(config, run, world=1)
+        batches = _batches(config, run, 0, run.warmup + steps)
+        for tokens, targets in batches[: run.warmup]:
+            trainer.step(tokens, targets)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for tokens, targets in batches[run.warmup :]:
+                trainer.step(tokens, targets)
+    finally:
+        torch.set_num_threads(previous)
+    out: dict[str, float] = {}
+    for event in prof.key_averages():
+        name = event.key.lower()
+        category = next((c for c, keys in _TORCH_CATEGORIES if any(k.lower() in name for k in keys)), "elementwise")
+        out[category] = out.get(category, 0.0) + event.self_cpu_time_total * 1e-6 / steps
+    return out
+
+
+def describe(config: TinyLlama, run: RunConfig) -> str:
+    return json.dumps({"model": asdict(config), "run": asdict(run)}, sort_keys=True)
+
+
+if __name__ == "__main__":  # python -m paraplan.measure.e2e: a quick look at the step times
+    model_config, run_config = TinyLlama(), RunConfig()
+    os.environ.setdefault("OMP_NUM_THREADS", str(run_config.threads))
+    for result in (run_single(model_config, run_config), run_data_parallel(model_config, run_config)):
+        print(
+            f"world {result.world}: median {result.median_s * 1e3:.1f} ms, min {result.min_s * 1e3:.1f} ms "
+            f"(CPU time {result.median_cpu_s * 1e3:.1f} ms)"
+        )
