@@ -354,7 +354,3 @@ def _comm_buffer_bytes(model: ModelSpec, shard: L.Shard, train: TrainingSpec) ->
         own = shard.tokens // shard.tp if shard.sp else shard.tokens
         buffers += 2 * shard.act_bytes * own * model.moe_router_topk * h
     return buffers
-
-
-def with_defaults(train: TrainingSpec, **values: object) -> TrainingSpec:
-    return replace(train, **values)

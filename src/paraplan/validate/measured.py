@@ -181,8 +181,7 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
                 # the ZeRO-3 baseline of Megatron-LM papers (SC21 Table 2) is DeepSpeed's ZeRO-3
                 values["framework"] = "deepspeed"
                 used.append("framework=deepspeed (ZeRO-3 runs in Megatron-LM papers use DeepSpeed)")
-        if zero == 0 and framework == "nemo-megatron":
-            pass  # NeMo's "zero 0" column still uses Megatron's distributed optimizer by default
+        # zero 0 under nemo-megatron keeps the recipes' distributed optimizer (FRAMEWORK_DEFAULTS)
     for key, value in defaults.items():
         if key in values:
             continue
