@@ -1,17 +1,11 @@
 """Shared fixtures: the shipped example configs, planned once per session."""
 
-import os
 from pathlib import Path
 
 import pytest
+from geo_paths import EXAMPLES, TINY, TRACES
 
 from paraplan.geo import load_geo_config, parse_geo_config, plan_geo
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples" / "geo"
-TINY = Path(__file__).with_name("tiny.yaml")
-SHARED = Path(os.environ.get("PARAPLAN_SHARED", REPO.parent / "shared"))
-TRACES = SHARED / "data" / "inference-traces"
 
 
 @pytest.fixture(scope="session")

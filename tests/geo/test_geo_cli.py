@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, TINY
+from geo_paths import EXAMPLES, TINY
 from typer.testing import CliRunner
 
 from paraplan.cli.main import app

@@ -1,6 +1,6 @@
 """Which datacenters to use: a poorly connected one can make training slower (examples/geo/three-datacenters)."""
 
-from conftest import EXAMPLES
+from geo_paths import EXAMPLES
 
 from paraplan.geo import plan_geo
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import os
 from pathlib import Path
 
@@ -19,17 +18,6 @@ def kernel_samples() -> Path:
     if not (KERNEL_SAMPLES / "Perlmutter").is_dir():
         pytest.skip(f"kernel samples not found at {KERNEL_SAMPLES} (set PARAPLAN_SHARED)")
     return KERNEL_SAMPLES
-
-
-def copy_rows(source: Path, target: Path, rows: int) -> Path:
-    """Copy the header and the first `rows` rows of a sample CSV (same name, under `target`)."""
-    target.mkdir(parents=True, exist_ok=True)
-    with source.open(newline="") as handle:
-        lines = list(csv.reader(handle))
-    out = target / source.name
-    with out.open("w", newline="") as handle:
-        csv.writer(handle).writerows(lines[: rows + 1])
-    return out
 
 
 @pytest.fixture

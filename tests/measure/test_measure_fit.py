@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import copy_rows
+from sample_files import copy_rows
 from typer.testing import CliRunner
 
 from paraplan.cost.profile import Profile

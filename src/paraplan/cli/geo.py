@@ -10,6 +10,7 @@ from rich.table import Table
 
 from paraplan.cli import reports
 from paraplan.cli.common import console, handle_errors
+from paraplan.geo.summary import placement_row
 
 Opt = typer.Option
 
@@ -66,22 +67,7 @@ def _print(d: dict) -> None:
     for i, entry in enumerate(rows):
         if i == len(d["placements"]):
             table.add_section()
-        plan = entry["plan"]
-        if plan is None:
-            table.add_row(entry["title"], "-", "-", "; ".join(entry["problems"]) or "-", "-", "-", "-", "-", "-")
-            continue
-        speedup = plan["speedup_vs_dp_across"]
-        table.add_row(
-            entry["title"],
-            ", ".join(plan["datacenters"]),
-            str(plan["gpus"]),
-            plan["layout"],
-            str(plan["tcp_flows_per_link"]),
-            plan["sharing"] or "-",
-            _fmt_s(plan["step_time_s"]),
-            f"{plan['tokens_per_s']:,.0f}",
-            f"{speedup:.1f}x" if speedup else "-",
-        )
+        table.add_row(*placement_row(entry, _fmt_s))
     console.print(table)
 
     atlas = d["placements"]["atlas"]["plan"]

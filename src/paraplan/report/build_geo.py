@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from paraplan.geo.plan import PLACEMENT_TITLES
+from paraplan.geo.summary import placement_row
 from paraplan.report.figures import (
     GOOD,
     MUTED,
@@ -103,25 +104,10 @@ def placement_table(r: GeoReport) -> Table:
     entries = list(d["placements"].values()) + list(d["with_atlas_flows"].values())
     for entry in entries:
         plan = entry["plan"]
-        if plan is None:
-            rows.append((entry["title"], "-", "-", "; ".join(entry["problems"]) or "-", "-", "-", "-", "-", "-", "-"))
-            continue
-        speedup = plan["speedup_vs_dp_across"]
-        util = ", ".join(f"{k} {v:.0%}" for k, v in plan["wan_link_utilisation"].items()) or "-"
-        rows.append(
-            (
-                entry["title"],
-                ", ".join(plan["datacenters"]),
-                str(plan["gpus"]),
-                plan["layout"],
-                str(plan["tcp_flows_per_link"]),
-                plan["sharing"] or "-",
-                fmt_s(plan["step_time_s"]),
-                f"{plan['tokens_per_s']:,.0f}",
-                f"{speedup:.1f}x" if speedup else "-",
-                util,
-            )
-        )
+        util = "-"
+        if plan is not None:
+            util = ", ".join(f"{k} {v:.0%}" for k, v in plan["wan_link_utilisation"].items()) or "-"
+        rows.append((*placement_row(entry, fmt_s), util))
     return Table(
         title="Placements",
         columns=(
