@@ -150,20 +150,38 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     return result
 
 
+def _assert_unless_busy(ok: bool, message: str) -> None:
+    """Timing checks against a real 2-process run only mean something on a quiet machine: when one fails
+    while the CPU is measurably busy (Linux CPU pressure or load average, as the hybrid validation test
+    judges it), skip with the figures instead of failing."""
+    if ok:
+        return
+    from paraplan.hybrid.validation import machine_busy
+
+    busy = machine_busy(2)
+    if busy:
+        pytest.skip(f"machine busy ({busy}); {message}")
+    raise AssertionError(message)
+
+
 def test_profiled_parts_match_the_step(outcome: Outcome) -> None:
     """What the projection takes from the measured profile is what the real step spends on the same work: the
     GEMMs, attention and optimizer together (each is printed; attention alone is 5% of the step, fitted from
     a dozen quick samples), and the all-reduce from the measured link."""
     projected = sum(outcome.parts[c][0] for c in ("gemm", "attention", "optimizer"))
     measured = sum(outcome.parts[c][1] for c in ("gemm", "attention", "optimizer"))
-    assert abs(projected / measured - 1) <= PARTS_TOLERANCE, ("gemm + attention + optimizer", projected, measured)
+    _assert_unless_busy(
+        abs(projected / measured - 1) <= PARTS_TOLERANCE, f"gemm + attention + optimizer {projected} vs {measured}"
+    )
     projected, measured = outcome.all_reduce
-    assert abs(projected / measured - 1) <= ALL_REDUCE_TOLERANCE, ("all-reduce", projected, measured)
+    _assert_unless_busy(abs(projected / measured - 1) <= ALL_REDUCE_TOLERANCE, f"all-reduce {projected} vs {measured}")
 
 
 def test_step_within_tolerance(outcome: Outcome) -> None:
     for world, ratio in outcome.ratios.items():
-        assert abs(ratio - 1) <= STEP_TOLERANCE, f"world {world}: projected / measured - 1 = {ratio - 1:+.1%}"
+        _assert_unless_busy(
+            abs(ratio - 1) <= STEP_TOLERANCE, f"world {world}: projected / measured - 1 = {ratio - 1:+.1%}"
+        )
 
 
 @pytest.mark.xfail(
