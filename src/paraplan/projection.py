@@ -71,6 +71,7 @@ def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, c
 
 
 _CTX_REGISTRY: dict[tuple, BlockContext] = {}
+_CTX_REGISTRY_LIMIT = 1024  # calibration fits create a context per trial: bound the registry and its cache
 
 
 def _context(
@@ -86,6 +87,9 @@ def _context(
         id(timer) if timer is not None else None,
     )
     if key not in _CTX_REGISTRY:
+        if len(_CTX_REGISTRY) >= _CTX_REGISTRY_LIMIT:
+            _CTX_REGISTRY.clear()
+            _cached_block.cache_clear()
         _CTX_REGISTRY[key] = BlockContext(system, cal, groups, key[3], key[4], timer)
     return key
 

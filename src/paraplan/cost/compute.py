@@ -23,7 +23,6 @@ _K_HALF = 96.0
 # FlashAttention reaches half its peak efficiency at about this many keys per query block (FA2 paper
 # figures: throughput saturates from ~2k tokens).
 _ATTN_SEQ_HALF = 384.0
-_FLASH_BWD_FLOPS = 2.5  # FA2 backward does 5 matmuls to the forward's 2 (Dao 2023)
 
 
 def _wave_efficiency(shape: GemmShape, gpu: GpuSpec) -> float:
@@ -97,4 +96,4 @@ def compute_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     raise ValueError(f"not a compute operator: {op.name} ({op.kind})")
 
 
-__all__ = ["compute_time_s", "gemm_efficiency", "FP8", "_FLASH_BWD_FLOPS"]
+__all__ = ["compute_time_s", "gemm_efficiency", "FP8"]

@@ -40,9 +40,8 @@ from paraplan.formats.chakra_pb import (
 from paraplan.graph import layers as L
 from paraplan.graph.backward import backward_ops
 from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind, Phase
-from paraplan.graph.partition import chunks_per_rank, virtual_stages
+from paraplan.graph.partition import chunks_per_rank, model_stage_ranks, virtual_stages
 from paraplan.projection import group_placements
-from paraplan.sim.layout import stage_order
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
@@ -293,7 +292,7 @@ def rank_program(
     shard = L.Shard.of(train)
     chunks = chunks_per_rank(train)
     stages = virtual_stages(model, train)
-    order = stage_order(train.pipeline_schedule, train.pp, chunks)
+    order = model_stage_ranks(train)
     last_stage = len(order) - 1
     stage_of = {rc: v for v, rc in enumerate(order)}
     parts = {v: _stage_parts(model, shard, train, stages[v]) for v, (r, _) in enumerate(order) if r == pp_rank}
@@ -439,8 +438,7 @@ def export_chakra(
         raise ConfigError(f"ranks {bad} are outside the world of {grid.world} GPUs")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    chunks = chunks_per_rank(train)
-    order = stage_order(train.pipeline_schedule, train.pp, chunks)
+    order = model_stage_ranks(train)
     groups: dict[tuple[int, ...], int] = {}
     programs: dict[int, tuple[list[Slot], list[bytes]]] = {}
     paths, counts = [], []

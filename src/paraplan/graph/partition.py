@@ -13,8 +13,6 @@ from paraplan.sim import schedules as S
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.training import TrainingSpec
 
-V_SCHEDULES = ("zb-v", "dualpipev", "dualpipe")
-
 
 def chunks_per_rank(train: TrainingSpec) -> int:
     return S.chunks_per_rank(train.pipeline_schedule, train.vpp)
