@@ -5,7 +5,7 @@
 2. `paraplan measure --device cpu --quick` (its functions) with the training's dtype and thread count, then
    `paraplan fit` (its function) -> a profile file.
 3. This CPU as a SystemSpec: matmul peak and streaming bandwidth measured here; the scale-up link from a
-   line through the measured 2-process gloo all-reduce samples (the projection does not read the profile's
+   line fitted to the measured 2-process gloo all-reduce samples of 1 MiB and up (the projection does not read the profile's
    collective regressors, so they enter through the SystemSpec fields).
 4. A Calibration measured here, not the GPU frameworks' fitted overheads: host launch per op and kernel
    floor = one trivial op's dispatch, the backward factor from its autograd backward, per-micro-batch and
@@ -42,6 +42,7 @@ pytest.importorskip("sklearn")
 TARGET = 0.15  # the issue's target for the whole step
 PARTS_TOLERANCE = 0.15  # the profiled parts (GEMMs + attention + optimizer) vs the same parts in the step
 ALL_REDUCE_TOLERANCE = 0.35  # the gradient all-reduce (gloo over loopback TCP, a cold 27 MB buffer: noisy)
+LINK_SELF_CONSISTENCY = 0.30  # a link line missing its own samples by more measured noise, not the link
 STEP_TOLERANCE = 0.40  # the whole step today, a regression guard (see the module doc)
 QUIET_WALL_OVER_CPU = 1.10
 
@@ -50,6 +51,8 @@ QUIET_WALL_OVER_CPU = 1.10
 class Outcome:
     ratios: dict[int, float] = field(default_factory=dict)  # world -> projected / measured step
     all_reduce: tuple[float, float] = (0.0, 0.0)  # (projected, measured) seconds, data-parallel run
+    link_error: float = 0.0  # the largest relative miss of the fitted all-reduce line over its own samples
+    busy: list[str] = field(default_factory=list)  # why the machine was busy at some point of the measurements
     parts: dict[str, tuple[float, float]] = field(default_factory=dict)  # category -> (projected, measured) s
     seconds: float = 0.0
 
@@ -71,10 +74,17 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     # 1. and 2., measurements first and close together (a shared machine's speed drifts by several percent
     # within a minute), then the fit: the microbenchmarks, the real step op by op, the two trainings
     samples = tmp / "samples"
+    from paraplan.hybrid.validation import machine_busy
+
+    result = Outcome()
+    result.busy.extend(filter(None, [machine_busy(2)]))
     run_benchmarks(BenchConfig(device="cpu", quick=True, dtype=run.dtype, threads=run.threads), samples)
+    result.busy.extend(filter(None, [machine_busy(2)]))
     breakdown = e2e.step_breakdown(config, run)
     single = e2e.run_single(config, run)
+    result.busy.extend(filter(None, [machine_busy(2)]))
     data_parallel = e2e.run_data_parallel(config, run, world=2)
+    result.busy.extend(filter(None, [machine_busy(2)]))
     sums = data_parallel.extra["replica_sums"]
     assert max(sums) - min(sums) < 1e-6 * max(1.0, abs(sums[0])), "data-parallel replicas diverged"
     fitted = fit_profile(samples)
@@ -85,6 +95,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     figures = e2e.measure_cpu(run.dtype, run.threads)
     overhead = e2e.framework_overhead(config, run)
     link = e2e.fit_allreduce(samples)
+    result.link_error = link.max_error
     params = single.params
 
     optimizer_s = fitted.profile.optimizer_time_s(params)
@@ -99,7 +110,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
         f"CPU: matmul {figures.matmul_flops / 1e9:.0f} GFLOP/s, stream {figures.stream_bytes_per_s / 1e9:.1f} GB/s, "
         f"dispatch {figures.dispatch_s * 1e6:.1f} us (backward {figures.backward_dispatch_s * 1e6:.1f} us), "
         f"empty step {_ms(overhead.microbatch_s)} + {_ms(overhead.step_s)} ms; all-reduce "
-        f"{link.bytes_per_s / 1e9:.2f} GB/s + {link.latency_s * 1e6:.0f} us (line through {link.samples} sizes "
+        f"{link.bytes_per_s / 1e9:.2f} GB/s + {link.latency_s * 1e6:.0f} us (least squares over {link.samples} sizes "
         f"up to {link.largest_bytes / 2**20:.0f} MiB, max error {link.max_error:.0%}); "
         f"optimizer {_ms(optimizer_s)} ms ({optimizer_source}); "
         f"profile: {len(fitted.profile.regressors)} regressors"
@@ -107,7 +118,6 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     print(f"machine {'quiet' if quiet else 'oversubscribed'}: steps compared by {'wall' if quiet else 'CPU'} time")
 
     # 5. project and compare
-    result = Outcome()
     projections: dict[int, Any] = {}
     for measured in (single, data_parallel):
         system = e2e.cpu_system(figures, link, measured.world)
@@ -150,37 +160,51 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     return result
 
 
-def _assert_unless_busy(ok: bool, message: str) -> None:
+def _assert_unless_busy(ok: bool, message: str, outcome: Outcome) -> None:
     """Timing checks against a real 2-process run only mean something on a quiet machine: when one fails
-    while the CPU is measurably busy (Linux CPU pressure or load average, as the hybrid validation test
-    judges it), skip with the figures instead of failing."""
+    while the CPU was measurably busy during the measurements or is now (Linux CPU pressure or load average,
+    as the hybrid validation test judges it), skip with the figures instead of failing."""
     if ok:
         return
     from paraplan.hybrid.validation import machine_busy
 
-    busy = machine_busy(2)
+    busy = [*outcome.busy, *filter(None, [machine_busy(2)])]
     if busy:
-        pytest.skip(f"machine busy ({busy}); {message}")
+        pytest.skip(f"machine busy ({'; '.join(busy)}); {message}")
     raise AssertionError(message)
 
 
 def test_profiled_parts_match_the_step(outcome: Outcome) -> None:
     """What the projection takes from the measured profile is what the real step spends on the same work: the
     GEMMs, attention and optimizer together (each is printed; attention alone is 5% of the step, fitted from
-    a dozen quick samples), and the all-reduce from the measured link."""
+    a dozen quick samples)."""
     projected = sum(outcome.parts[c][0] for c in ("gemm", "attention", "optimizer"))
     measured = sum(outcome.parts[c][1] for c in ("gemm", "attention", "optimizer"))
     _assert_unless_busy(
-        abs(projected / measured - 1) <= PARTS_TOLERANCE, f"gemm + attention + optimizer {projected} vs {measured}"
+        abs(projected / measured - 1) <= PARTS_TOLERANCE,
+        f"gemm + attention + optimizer {projected} vs {measured}",
+        outcome,
     )
+
+
+def test_all_reduce_matches_the_step(outcome: Outcome) -> None:
+    """The gradient all-reduce projected from the measured link is what the data-parallel step spends on it."""
     projected, measured = outcome.all_reduce
-    _assert_unless_busy(abs(projected / measured - 1) <= ALL_REDUCE_TOLERANCE, f"all-reduce {projected} vs {measured}")
+    if outcome.link_error > LINK_SELF_CONSISTENCY:
+        pytest.skip(
+            f"the all-reduce samples miss their own fitted line by up to {outcome.link_error:.0%}: gloo over "
+            f"loopback was unstable during the measurement, so it cannot judge the projection "
+            f"(all-reduce {projected} vs {measured} s)"
+        )
+    _assert_unless_busy(
+        abs(projected / measured - 1) <= ALL_REDUCE_TOLERANCE, f"all-reduce {projected} vs {measured}", outcome
+    )
 
 
 def test_step_within_tolerance(outcome: Outcome) -> None:
     for world, ratio in outcome.ratios.items():
         _assert_unless_busy(
-            abs(ratio - 1) <= STEP_TOLERANCE, f"world {world}: projected / measured - 1 = {ratio - 1:+.1%}"
+            abs(ratio - 1) <= STEP_TOLERANCE, f"world {world}: projected / measured - 1 = {ratio - 1:+.1%}", outcome
         )
 
 

@@ -104,12 +104,14 @@ def _torch_dtype(config: BenchConfig) -> Any:
 
 
 # ---- timing --------------------------------------------------------------------------------------------
-def time_us(fn: Callable[[], Any], config: BenchConfig, wall: bool = False) -> float:
+def time_us(fn: Callable[[], Any], config: BenchConfig, wall: bool = False, median: bool = False) -> float:
     """Time of `fn` in microseconds: the median of CUDA-event times on a GPU; on a CPU the minimum of the
     wall times, as `timeit` advises (other processes on a shared CPU only ever add time). With one CPU thread
     (`threads=1`) the minimum of the calling thread's CPU times instead, unless `wall`: the op runs on that
     thread alone, and time it spent preempted by other processes does not count (on a busy machine a
-    millisecond-long op is rarely left alone for a whole run, so wall-time minima of long ops overstate)."""
+    millisecond-long op is rarely left alone for a whole run, so wall-time minima of long ops overstate).
+    `median` takes the median on a CPU too: a collective waits for its slowest peer in a real step as well, so
+    its typical time, not its luckiest, is what a step sees."""
     torch = _torch()
     for _ in range(config.warmup):
         fn()
@@ -129,7 +131,7 @@ def time_us(fn: Callable[[], Any], config: BenchConfig, wall: bool = False) -> f
             t0 = clock()
             fn()
             samples.append((clock() - t0) * 1e6)
-        return min(samples)
+        return statistics.median(samples) if median else min(samples)
     return statistics.median(samples)
 
 
@@ -380,7 +382,7 @@ def _collective_worker(rank: int, world: int, port: int, config: BenchConfig, re
 
     def timed(fn: Callable[[], Any]) -> float:  # wall time: a collective waits for its peers
         dist.barrier()
-        return time_us(fn, config, wall=True)
+        return time_us(fn, config, wall=True, median=True)
 
     for message_bytes in _sizes(config)["message_bytes"]:
         elements = max(1, message_bytes // element_bytes)

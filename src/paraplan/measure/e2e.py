@@ -456,10 +456,16 @@ def measure_cpu(dtype: str = "fp32", threads: int = 1) -> CpuFigures:
     return CpuFigures(dtype, threads, matmul_flops, stream, dispatch, backward, memory_gib)
 
 
+BANDWIDTH_REGIME_BYTES = 2**20  # all-reduce samples from 1 MiB up fit the link line (see LinkFit)
+
+
 @dataclass(frozen=True, slots=True)
 class LinkFit:
-    """A line t = latency + bytes / bandwidth through measured all-reduce times: through the smallest and the
-    largest message (the latency regime and the bandwidth regime that a gradient all-reduce is in)."""
+    """A line t = latency + bytes / bandwidth through measured all-reduce times in the bandwidth regime (messages
+    of at least `BANDWIDTH_REGIME_BYTES`, where a gradient all-reduce is), fitted by least squares on the
+    relative error (one noisy size moves it little; a line through two chosen points follows whatever noise
+    those two points carry). Below a few hundred KiB gloo over loopback TCP is bimodal on a small shared
+    machine (the same size takes 0.3 or 3 ms run to run), so those sizes say nothing about a 27 MB message."""
 
     bytes_per_s: float
     latency_s: float
@@ -482,13 +488,25 @@ def fit_allreduce(samples_root: Path, group: int = 2) -> LinkFit:
     if len(files) != 1:
         raise SampleError(f"expected one all-reduce sample file for 1 x {group} under {samples_root}")
     table = read_sample_table(files[0])
-    nbytes = table.column("shape") * ELEMENT_BYTES[files[0].precision]
-    t = table.column("dur(us)") * 1e-6
-    small, large = int(np.argmin(nbytes)), int(np.argmax(nbytes))
-    inverse = max((t[large] - t[small]) / (nbytes[large] - nbytes[small]), 1e-15)
-    latency = max(0.0, float(t[small] - nbytes[small] * inverse))
+    nbytes = np.asarray(table.column("shape"), dtype=float) * ELEMENT_BYTES[files[0].precision]
+    t = np.asarray(table.column("dur(us)"), dtype=float) * 1e-6
+    keep = nbytes >= min(BANDWIDTH_REGIME_BYTES, float(np.sort(nbytes)[-2]))  # at least the two largest sizes
+    nbytes, t = nbytes[keep], t[keep]
+    latency, inverse = _relative_line(nbytes, t)
     error = float(np.max(np.abs((latency + nbytes * inverse) / t - 1.0)))
-    return LinkFit(1.0 / inverse, latency, len(t), error, float(nbytes[large]))
+    return LinkFit(1.0 / inverse, latency, len(t), error, float(nbytes.max()))
+
+
+def _relative_line(x: Any, t: Any) -> tuple[float, float]:
+    """(intercept, slope) >= 0 minimising sum((intercept + slope x) / t - 1)^2: least squares on the relative
+    error, so the microsecond latency regime and the millisecond bandwidth regime weigh alike."""
+    import numpy as np
+
+    design = np.column_stack([1.0 / t, x / t])
+    (intercept, slope), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    if intercept < 0.0:  # no latency: the best line through the origin
+        intercept, slope = 0.0, float(np.sum(x / t) / np.sum((x / t) ** 2))
+    return float(intercept), max(float(slope), 1e-15)
 
 
 def cpu_system(figures: CpuFigures, link: LinkFit, world: int) -> SystemSpec:
