@@ -84,6 +84,7 @@ class Projection:
                 "overlap_param_gather": t.overlap_param_gather,
                 "tp_comm_overlap": t.tp_comm_overlap,
                 "attention_backend": t.attention_backend,
+                "kernel_fusion": t.kernel_fusion,
                 "framework": t.framework,
             },
             "step_time_s": self.step_time_s,

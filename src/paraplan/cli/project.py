@@ -68,6 +68,10 @@ def _projection_command(
         str | None, Opt("--schedule", help="gpipe 1f1b interleaved zb-h1 zb-v dualpipe dualpipev")
     ] = None,
     attention_backend: Annotated[str | None, Opt("--attention-backend", help="flash | unfused")] = None,
+    kernel_fusion: Annotated[
+        bool | None,
+        Opt("--kernel-fusion/--no-kernel-fusion", help="fused norm/SwiGLU/rotary kernels, or eager PyTorch"),
+    ] = None,
     first_stage_layers: Annotated[int | None, Opt("--decoder-first-pipeline-num-layers")] = None,
     last_stage_layers: Annotated[int | None, Opt("--decoder-last-pipeline-num-layers")] = None,
     pipeline_layout: Annotated[str | None, Opt("--pipeline-layout", help="layers per virtual stage: 4,4,3,...")] = None,
@@ -194,6 +198,7 @@ def _projection_command(
             precision=precision,
             pipeline_schedule=schedule,
             attention_backend=attention_backend,
+            kernel_fusion=kernel_fusion,
             decoder_first_pipeline_num_layers=first_stage_layers,
             decoder_last_pipeline_num_layers=last_stage_layers,
             pipeline_layout=pipeline_layout,

@@ -122,6 +122,10 @@ def tune_command(
         str | None, Opt("--framework", help="megatron-lm nemo-megatron megatron-deepspeed ...")
     ] = None,
     attention_backend: Annotated[str | None, Opt("--attention-backend", help="flash | unfused")] = None,
+    kernel_fusion: Annotated[
+        bool | None,
+        Opt("--kernel-fusion/--no-kernel-fusion", help="fused norm/SwiGLU/rotary kernels, or eager PyTorch"),
+    ] = None,
     objectives: Annotated[
         str, Opt("--objectives", help="throughput, or several for a Pareto front: throughput,memory,gpus")
     ] = "throughput",
@@ -171,7 +175,9 @@ def tune_command(
     assert gbs is not None and seq is not None
     model_spec = model_from_options(model, {})
     systems = _systems(gpu, _gpu_counts(gpus), system_file, {"gpus_per_node": gpus_per_node, "nic_gbps": nic_gbps})
-    base = TrainingSpec().with_values(framework=framework, attention_backend=attention_backend)
+    base = TrainingSpec().with_values(
+        framework=framework, attention_backend=attention_backend, kernel_fusion=kernel_fusion
+    )
     problem = TuneProblem(model_spec, systems, gbs, seq, base, model_ref=model or "", gpu_ref=gpu or "")
     fixes = list(fix or [])
     allowed_precisions = _precisions(precision, systems[0])

@@ -69,6 +69,8 @@ from typing import Any
 
 import numpy as np
 
+from paraplan.graph.backward import ELEMENTWISE_BACKWARD_TRAFFIC
+from paraplan.graph.kernels import EAGER_PASSES, FUSED_PASSES
 from paraplan.graph.ops import CommKind, CommShape, Op, OpKind, Phase
 
 PROFILE_FORMAT = "paraplan-profile"
@@ -91,7 +93,7 @@ ELEMENTWISE_TRAFFIC: dict[str, tuple[int, int]] = {
     "embedding": (2, 0),  # gather rows, write the output
     "cross_entropy": (1, 2),  # read 16-bit logits; write and read them back in fp32 (Megatron)
 }
-BACKWARD_TRAFFIC_FACTOR = 1.5
+BACKWARD_TRAFFIC_FACTOR = ELEMENTWISE_BACKWARD_TRAFFIC
 FP32_BYTES = 4
 
 
@@ -126,6 +128,10 @@ ELEMENTWISE_ALIASES: dict[str, str] = {
     "cross_entropy": "cross_entropy",
     "embedding": "embedding",
 }
+# Regressors whose samples time the eager PyTorch implementation (`paraplan.measure.bench`: F.rms_norm, the
+# rotate-half rotary; the RMSNorm kernel samples in ../shared are unfused too): an op tagged "eager" with one
+# of these kernels uses them directly (`elementwise_feature`).
+EAGER_MEASURED = ("rmsnorm", "rotary")
 ELEMENTWISE_EXCLUDED = frozenset({"dropout", "topk", "permute", "unpermute", "mask", "quantize", "cast"})
 
 # Precisions whose kernels run at the same rate share a class: A100/H100 tensor cores run fp16 and bf16
@@ -350,6 +356,17 @@ def elementwise_regressor(op_name: str) -> str | None:
     return None
 
 
+def elementwise_feature(op: Op) -> tuple[str | None, float]:
+    """(regressor base, its bytes feature) of an elementwise op. An eager-PyTorch op whose regressor's samples
+    time that same eager implementation (`EAGER_MEASURED`) is looked up at the nominal bytes of its shape
+    (the fused passes, as the samples are recorded); others by their name, at the bytes they move."""
+    if "eager" in op.tags:
+        kernel = next((k for k in EAGER_MEASURED if k in op.tags), None)
+        if kernel is not None:
+            return kernel, float(op.bytes_moved) * FUSED_PASSES[kernel] / EAGER_PASSES[kernel]
+    return elementwise_regressor(op.name), float(op.bytes_moved)
+
+
 class Profile:
     """A set of fitted regressors for one GPU, and the mapping from the core's operators onto them."""
 
@@ -465,11 +482,11 @@ class Profile:
             # Attention has no weights: its whole backward is B (input gradient), W is empty.
             return name, 0.0 if op.phase == Phase.BACKWARD_WEIGHT else t_us * 1e-6
         if op.kind == OpKind.ELEMENTWISE:
-            base = elementwise_regressor(op.name)
-            if base is None or op.bytes_moved <= 0:
+            base, feature_bytes = elementwise_feature(op)
+            if base is None or feature_bytes <= 0:
                 return None
             name = f"{base}.{direction}"
-            t_us = self._time_us(name, (float(op.bytes_moved),))
+            t_us = self._time_us(name, (feature_bytes,))
             if t_us is None:
                 return None
             # The samples time the whole backward of a norm (dx and dgamma) as one call: it is all B.

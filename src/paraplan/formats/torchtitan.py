@@ -206,6 +206,8 @@ def read_torchtitan(
         overlap_grad_reduce=True,  # DDP buckets and FSDP reduce-scatters overlap the backward
         fsdp=shard != 1,
         overlap_param_gather=shard != 1,
+        # torch.compile fuses the norms, SwiGLU and rotary; without it torchtitan runs eager PyTorch
+        kernel_fusion=bool(doc.get("compile", {}).get("enable", training.get("compile", False))),
     )
     if dp is not None:
         train["data_parallel_size"] = dp
@@ -498,6 +500,7 @@ def write_torchtitan(model: ModelSpec, system: SystemSpec, train: TrainingSpec, 
         "training": training,
         "parallelism": par,
         "activation_checkpoint": ac,
+        "compile": {"enable": train.kernel_fusion, "components": ["model", "loss"]},
     }
     if train.precision in ("fp8", "fp8_cs", "fp8_blockwise"):
         if train.precision == "fp8":

@@ -15,6 +15,7 @@ from paraplan.graph.ops import CommKind, CommShape, GemmShape, Op, OpKind, Phase
 
 WEIGHTLESS_GEMMS = frozenset({"attn_scores", "attn_context"})
 FLASH_BACKWARD_FLOPS = 2.5
+ELEMENTWISE_BACKWARD_TRAFFIC = 1.5  # read the saved input and the output gradient, write the input gradient
 _MIRROR = {
     CommKind.ALL_GATHER: CommKind.REDUCE_SCATTER,
     CommKind.REDUCE_SCATTER: CommKind.ALL_GATHER,
@@ -44,11 +45,8 @@ def backward_ops(op: Op) -> list[Op]:
             )
         ]
     if op.kind is OpKind.ELEMENTWISE:
-        return [
-            replace(
-                op, phase=Phase.BACKWARD_INPUT, bytes_moved=op.bytes_moved * 1.5, flops=op.flops * 2, saved_bytes=0.0
-            )
-        ]
+        moved = op.bytes_moved * ELEMENTWISE_BACKWARD_TRAFFIC if op.backward_bytes is None else op.backward_bytes
+        return [replace(op, phase=Phase.BACKWARD_INPUT, bytes_moved=moved, flops=op.flops * 2, saved_bytes=0.0)]
     comm = op.comm
     assert comm is not None
     factor = 2.0 if comm.kind is CommKind.SEND_RECV else 1.0  # CP: K/V again plus their gradients

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paraplan.graph.kernels import SPLIT_GRAD_PASSES, passes
 from paraplan.graph.ops import (
     AttentionShape,
     CommAxis,
@@ -31,6 +32,7 @@ FP8_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
 
 SELECTIVE = frozenset({"selective"})
 MOE = frozenset({"moe"})
+EAGER_TAG = frozenset({"eager"})  # a memory-bound op run as eager PyTorch's separate kernels
 
 
 def activation_bytes(precision: str) -> int:
@@ -52,6 +54,7 @@ class Shard:
     etp: int
     precision: str
     flash: bool
+    fused: bool = True  # fused memory-bound kernels (TE/Apex/compile), or eager PyTorch (`graph.kernels`)
 
     @property
     def tokens(self) -> int:
@@ -89,7 +92,12 @@ class Shard:
             etp=train.etp,
             precision=train.precision,
             flash=train.attention_backend == "flash",
+            fused=train.kernel_fusion,
         )
+
+    @property
+    def eager_tags(self) -> frozenset[str]:
+        return frozenset() if self.fused else EAGER_TAG
 
 
 def _gemm(name: str, m: int, n: int, k: int, shard: Shard, saved: float, count: int = 1, tags=frozenset()) -> Op:
@@ -117,6 +125,7 @@ def _elementwise(
     flops: float = 0.0,
     tags=frozenset(),
     host_ops: int = 1,
+    backward_bytes: float | None = None,
 ) -> Op:
     return Op(
         name=name,
@@ -128,6 +137,7 @@ def _elementwise(
         precision=shard.act_precision,
         tags=tags,
         host_ops=host_ops,
+        backward_bytes=backward_bytes,
     )
 
 
@@ -158,10 +168,27 @@ def _tp_exit(name: str, shard: Shard, width: int) -> list[Op]:
 
 
 def _norm(name: str, model: ModelSpec, shard: Shard) -> Op:
+    """LayerNorm (one kernel fused or eager) or RMSNorm (several passes in eager PyTorch, `graph.kernels`)."""
     elems = shard.tokens * model.hidden_size / shard.sp_div
-    return _elementwise(
-        shard, name, bytes_moved=2 * shard.act_bytes * elems, saved=shard.act_bytes * elems, flops=5 * elems
-    )
+    eager_rms = model.norm == "rmsnorm" and not shard.fused
+    moved = (passes("rmsnorm", False) if eager_rms else 2) * shard.act_bytes * elems
+    tags = shard.eager_tags | {"rmsnorm"} if eager_rms else frozenset()
+    return _elementwise(shard, name, bytes_moved=moved, saved=shard.act_bytes * elems, flops=5 * elems, tags=tags)
+
+
+def _rotary(shard: Shard, elems: float) -> Op:
+    """Rotary embedding over `elems` query and key elements (fused kernel, or eager rotate-half)."""
+    moved = passes("rotary", shard.fused) * shard.act_bytes * elems
+    return _elementwise(shard, "rotary", moved, tags=shard.eager_tags | {"rotary"} if not shard.fused else frozenset())
+
+
+def _split_grad(name: str, shard: Shard, elems: float, count: int = 1, tags=frozenset()) -> list[Op]:
+    """Eager PyTorch only: splitting a fused projection's output costs nothing forward (views); its backward
+    concatenates the gradients (`graph.kernels.SPLIT_GRAD_PASSES`)."""
+    if shard.fused:
+        return []
+    grad_bytes = SPLIT_GRAD_PASSES * shard.act_bytes * elems * count
+    return [_elementwise(shard, name, 0.0, tags=tags | EAGER_TAG, host_ops=0, backward_bytes=grad_bytes)]
 
 
 def _residual(name: str, model: ModelSpec, shard: Shard) -> list[Op]:
@@ -263,8 +290,9 @@ def attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     qkv_width = (heads + 2 * kv_heads) * d
     qkv_saved = shard.act_bytes * tokens * (h / shard.sp_div + qkv_width)  # its input, and Q, K, V for attention
     ops.append(_gemm("qkv", tokens, qkv_width, h, shard, saved=qkv_saved))
+    ops += _split_grad("qkv_split", shard, tokens * qkv_width)
     if model.position == "rope":
-        ops.append(_elementwise(shard, "rotary", 2 * shard.act_bytes * tokens * (heads + kv_heads) * d))
+        ops.append(_rotary(shard, tokens * (heads + kv_heads) * d))
     ops += _cp_exchange(model, shard, 2 * kv_heads * d)
     ops += _core_attention(model, shard, heads, kv_heads, d, d)
     ops.append(_gemm("attn_out", tokens, h, heads * d, shard, saved=shard.act_bytes * tokens * heads * d))
@@ -305,7 +333,7 @@ def mla_attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     kv_width = heads * (d_nope + d_v)
     kv_saved = shard.act_bytes * tokens * (kv_rank + kv_width + d_rope)
     ops.append(_gemm("kv_up", tokens, kv_width, kv_rank, shard, saved=kv_saved))
-    ops.append(_elementwise(shard, "rotary", 2 * shard.act_bytes * tokens * (heads + 1) * d_rope))
+    ops.append(_rotary(shard, tokens * (heads + 1) * d_rope))
     ops += _cp_exchange(model, shard, heads * (d_nope + d_rope + d_v))
     ops += _core_attention(model, shard, heads, heads, d_nope + d_rope, d_v)
     ops.append(_gemm("attn_out", tokens, h, heads * d_v, shard, saved=shard.act_bytes * tokens * heads * d_v))
@@ -320,10 +348,16 @@ def _mlp_body(prefix: str, model: ModelSpec, shard: Shard, tokens: int, ffn_loca
     up_width = 2 * ffn_local if model.gated_mlp else ffn_local
     act_in = shard.act_bytes * tokens * up_width * count
     act_out = shard.act_bytes * tokens * ffn_local * count
+    act_moved = act_in + act_out  # one pass over the input(s), one over the output
+    act_tags = tags
+    if model.gated_mlp and not shard.fused:  # eager SwiGLU: silu(gate), then * up
+        act_moved = passes("swiglu", False) * shard.act_bytes * tokens * ffn_local * count
+        act_tags = tags | EAGER_TAG
     return [
         _gemm(f"{prefix}_up", tokens, up_width, h, shard, saved=0.0, count=count, tags=tags),
+        *(_split_grad(f"{prefix}_up_split", shard, tokens * up_width, count, tags) if model.gated_mlp else []),
         _elementwise(
-            shard, f"{prefix}_act", act_in + act_out, saved=act_in, flops=4 * tokens * up_width * count, tags=tags
+            shard, f"{prefix}_act", act_moved, saved=act_in, flops=4 * tokens * up_width * count, tags=act_tags
         ),
         _gemm(f"{prefix}_down", tokens, h, ffn_local, shard, saved=act_out, count=count, tags=tags),
     ]

@@ -91,3 +91,4 @@ class Op:
     precision: str = "bf16"  # the math precision of this op (GEMMs may run in fp8)
     tags: frozenset[str] = field(default_factory=frozenset)  # e.g. {"moe"}, {"mla"}, {"selective"}
     host_ops: int = 1  # kernels the host launches for this op (a loop over experts launches one per expert)
+    backward_bytes: float | None = None  # an elementwise op's backward traffic when not the usual 1.5x forward

@@ -102,6 +102,7 @@ class RunConfig:
             grad_reduce_in_fp32=self.dtype == "fp32",  # gradients are all-reduced in the training dtype
             overlap_grad_reduce=False,
             attention_backend="flash",
+            kernel_fusion=False,  # eager PyTorch: F.rms_norm, silu * up, rotate-half rotary, split gradients
             framework="pytorch-cpu",
         )
 

@@ -75,6 +75,11 @@ class TrainingSpec:
     attention_backend: Literal["flash", "unfused"] = "flash"
     """Fused flash attention (saves only Q, K, V, O and the log-sum-exp) or Megatron's unfused core
     attention (saves the softmax and dropout outputs: the 5*a*s^2*b term of Korthikanti et al.)."""
+    kernel_fusion: bool = True
+    """Fused memory-bound kernels (TransformerEngine / Apex RMSNorm, SwiGLU and rotary fusions, torch.compile),
+    as Megatron-LM and NeMo run by default; False is eager PyTorch, one aten kernel per elementary operation
+    (RMSNorm as pow, mean, rsqrt and two multiplies; SwiGLU as silu then multiply; rotate-half rotary; the
+    gradients of split fused projections concatenated in backward; `paraplan.graph.kernels`)."""
     pipeline_schedule: Schedule = "1f1b"
     decoder_first_pipeline_num_layers: int | None = None
     decoder_last_pipeline_num_layers: int | None = None

@@ -59,6 +59,8 @@ def paraplan_command(problem: TuneProblem, num_gpus: int, t: TrainingSpec) -> st
         args.append(f"--framework {t.framework}")
     if t.attention_backend != TrainingSpec().attention_backend:
         args.append(f"--attention-backend {t.attention_backend}")
+    if not t.kernel_fusion:
+        args.append("--no-kernel-fusion")
     return " ".join(args)
 
 
