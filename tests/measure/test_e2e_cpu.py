@@ -4,24 +4,24 @@
    process and data-parallel over gloo in two; measure the step times (medians after warm-up).
 2. `paraplan measure --device cpu --quick` (its functions) with the training's dtype and thread count, then
    `paraplan fit` (its function) -> a profile file.
-3. This CPU as a SystemSpec: matmul peak and streaming bandwidth measured here; the scale-up link from a
-   line fitted to the measured 2-process gloo all-reduce samples of 1 MiB and up (the projection does not read the profile's
-   collective regressors, so they enter through the SystemSpec fields).
+3. This CPU as a SystemSpec: matmul peak and streaming bandwidth measured here (with two processes at once
+   for the data-parallel run); the scale-up link from a line fitted to the measured 2-process gloo all-reduce
+   samples of 1 MiB and up (the projection does not read the profile's collective regressors, so they enter
+   through the SystemSpec fields).
 4. A Calibration measured here, not the GPU frameworks' fitted overheads: host launch per op and kernel
    floor = one trivial op's dispatch, the backward factor from its autograd backward, per-micro-batch and
    per-step framework time = an empty step (the same model code at negligible widths) plus the trainer's
    own bookkeeping, Adam's bytes per parameter from the profile's fused-AdamW regressor (or a direct timing
    when the model lies outside its samples).
-5. Project with `--profile` semantics (`ProjectionOptions(timer=timer_for(path, gpu))`).
+5. Project with `--profile` semantics (`ProjectionOptions(timer=timer_for(path, gpu))`), eager kernels.
 
-Checks. The parts the projection takes from the measured profile (GEMMs, attention, the optimizer) must
-each be within 15% of the same parts measured inside the real step (per-op CPU times); the whole step
-within 35% for both runs. The issue's target, the whole step within 15%, is not reached on this CPU: the
-projection misses 15-25% of the step, memory-bound work that eager PyTorch runs and paraplan's
-fused-kernel operator graph does not have (unfused RMSNorm costed as a fused LayerNorm, SwiGLU as one
-GELU-like kernel, the gradient concatenations behind the fused QKV and gate/up splits, autograd
-bookkeeping). That check is kept as an expected failure until the core models those
-(`test_step_within_target`); the breakdowns printed here show the gap part by part.
+Checks. The parts the projection takes from the measured profile (GEMMs, attention, the optimizer) within 15%
+of the same parts measured inside the real step (per-op CPU times); the gradient all-reduce within 35% of the
+one inside the data-parallel step; the whole step within 15% (the issue's target) for both runs. The run is
+eager PyTorch, so the projection runs with `kernel_fusion=False` (RMSNorm, SwiGLU and rotary as separate
+kernels, split gradients concatenated: `paraplan.graph.kernels`); the two data-parallel processes share this
+CPU, so their kernels run slower than the one-process samples by factors measured with two processes at once
+(`e2e.measure_cpu_shared`).
 
 The measured step time is the wall clock when this machine is quiet (the single-process run's wall time
 within 10% of its CPU time); when other jobs keep the CPUs busy, wall times carry their share of the CPU
@@ -43,7 +43,6 @@ TARGET = 0.15  # the issue's target for the whole step
 PARTS_TOLERANCE = 0.15  # the profiled parts (GEMMs + attention + optimizer) vs the same parts in the step
 ALL_REDUCE_TOLERANCE = 0.35  # the gradient all-reduce (gloo over loopback TCP, a cold 27 MB buffer: noisy)
 LINK_SELF_CONSISTENCY = 0.30  # a link line missing its own samples by more measured noise, not the link
-STEP_TOLERANCE = 0.40  # the whole step today, a regression guard (see the module doc)
 QUIET_WALL_OVER_CPU = 1.10
 
 
@@ -93,6 +92,8 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
 
     # 3. and 4. this CPU as a system, its calibration
     figures = e2e.measure_cpu(run.dtype, run.threads)
+    shared_figures = e2e.measure_cpu_shared(run.dtype, run.threads, world=2)
+    shared = e2e.shared_cpu(figures, shared_figures, world=2)
     overhead = e2e.framework_overhead(config, run)
     link = e2e.fit_allreduce(samples)
     result.link_error = link.max_error
@@ -119,10 +120,15 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
 
     # 5. project and compare
     projections: dict[int, Any] = {}
+    print(
+        f"2 processes at once: matmul x{shared.compute_factor:.2f} slower, streaming x{shared.memory_factor:.2f} "
+        f"slower than one alone"
+    )
     for measured in (single, data_parallel):
-        system = e2e.cpu_system(figures, link, measured.world)
+        together = shared if measured.world > 1 else None
+        system = e2e.cpu_system(shared_figures if together else figures, link, measured.world)
         calibration = e2e.cpu_calibration(figures, optimizer_s / params, overhead, measured.extra["empty_step_s"])
-        projection = e2e.project_cpu(config, run, measured.world, system, calibration, profile_path)
+        projection = e2e.project_cpu(config, run, measured.world, system, calibration, profile_path, together)
         projections[measured.world] = (projection, system, calibration)
         reference = measured.median_s if quiet else measured.median_cpu_s
         result.ratios[measured.world] = projection.step_time_s / reference
@@ -201,17 +207,9 @@ def test_all_reduce_matches_the_step(outcome: Outcome) -> None:
     )
 
 
-def test_step_within_tolerance(outcome: Outcome) -> None:
+def test_step_within_target(outcome: Outcome) -> None:
+    """The issue's target: the whole step, single process and data-parallel, within 15% of the measured one."""
     for world, ratio in outcome.ratios.items():
         _assert_unless_busy(
-            abs(ratio - 1) <= STEP_TOLERANCE, f"world {world}: projected / measured - 1 = {ratio - 1:+.1%}", outcome
+            abs(ratio - 1) <= TARGET, f"world {world}: projected / measured - 1 = {ratio - 1:+.1%}", outcome
         )
-
-
-@pytest.mark.xfail(
-    strict=False,
-    reason="paraplan's operator graph lacks eager PyTorch's unfused memory-bound work (see the module doc)",
-)
-def test_step_within_target(outcome: Outcome) -> None:
-    for world, ratio in outcome.ratios.items():
-        assert abs(ratio - 1) <= TARGET, f"world {world}: projected / measured - 1 = {ratio - 1:+.1%}"

@@ -83,3 +83,18 @@ def test_reference_model_trains(tied: bool) -> None:
     assert result.params == (1 if tied else 2) * embedding + 2 * layer + 32
     assert all(loss == loss and loss > 0 for loss in result.losses)  # finite
     assert result.losses[-1] < result.losses[0] + 0.5  # AdamW at lr 1e-3 does not blow up
+
+
+def test_shared_cpu_scales_profile_times_by_kind() -> None:
+    from paraplan.graph.ops import GemmShape, Op, OpKind, Phase
+
+    solo, shared = _figures(), e2e.CpuFigures("fp32", 1, 100e9, 20e9, 1e-6, 15e-6, 16.0)
+    factors = e2e.shared_cpu(solo, shared, world=2)
+    assert factors.compute_factor == pytest.approx(1.5) and factors.memory_factor == pytest.approx(1.25)
+    assert e2e.shared_cpu(shared, solo, world=2).compute_factor == 1.0  # never faster than alone
+    timer = factors.scaled(lambda op: (1e-3, "profile:x"))
+    gemm = Op("qkv", OpKind.GEMM, Phase.FORWARD, gemm=GemmShape(8, 8, 8))
+    norm = Op("attn_norm", OpKind.ELEMENTWISE, Phase.FORWARD, bytes_moved=1e6)
+    assert timer(gemm) == (pytest.approx(1.5e-3), "profile:x")
+    assert timer(norm) == (pytest.approx(1.25e-3), "profile:x")
+    assert factors.scaled(None) is None

@@ -429,18 +429,22 @@ def _min_time_s(fn: Callable[[], Any], warmup: int = 2, repeats: int = 7) -> flo
     return best
 
 
-def measure_cpu(dtype: str = "fp32", threads: int = 1) -> CpuFigures:
-    """Matmul peak, streaming bandwidth and dispatch costs, with `threads` torch threads."""
+def measure_cpu(dtype: str = "fp32", threads: int = 1, start_together: Callable[[], Any] | None = None) -> CpuFigures:
+    """Matmul peak, streaming bandwidth and dispatch costs, with `threads` torch threads. `start_together`
+    (a barrier, `measure_cpu_shared`) is called before each timing loop."""
     torch = _torch()
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
+    together = start_together or (lambda: None)
     try:
         dt = torch_dtype(dtype)
         n = 1024
         a, b = torch.randn(n, n, dtype=dt), torch.randn(n, n, dtype=dt)
+        together()
         matmul_flops = 2.0 * n**3 / _min_time_s(lambda: a @ b, repeats=5)
         elements = 8 * 2**20 // torch.tensor([], dtype=dt).element_size()
         x, y = torch.randn(elements, dtype=dt), torch.randn(elements, dtype=dt)
+        together()
         stream = 3 * x.numel() * x.element_size() / _min_time_s(lambda: x + y)
         one = torch.ones(1, dtype=dt)
         dispatch = _min_time_s(lambda: one + one, warmup=20, repeats=200)
@@ -455,6 +459,77 @@ def measure_cpu(dtype: str = "fp32", threads: int = 1) -> CpuFigures:
     except (ValueError, OSError, AttributeError):
         memory_gib = 16.0
     return CpuFigures(dtype, threads, matmul_flops, stream, dispatch, backward, memory_gib)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedCpu:
+    """What `world` processes training at once on this CPU each get of it, against one process alone.
+
+    Local "devices" on one CPU are not independent as GPUs are: the processes share the caches, the memory
+    bandwidth and the power budget (turbo), so each runs its kernels slower when all train. Measured directly:
+    the same matmul and streaming add in `world` processes at once (`measure_cpu_shared`). The profile's
+    times, fitted on samples taken by one process, scale by these factors for a multi-process run.
+    """
+
+    world: int
+    compute_factor: float  # solo matmul rate / shared matmul rate (>= 1 when the processes contend)
+    memory_factor: float  # solo streaming bandwidth / shared
+
+    def scaled(self, timer: Any) -> Any:
+        """A projection timer (`cost.profiled.OpTimer`) whose times carry the shared CPU's slowdown."""
+        if timer is None or (self.compute_factor == 1.0 and self.memory_factor == 1.0):
+            return timer
+        from paraplan.graph.ops import OpKind
+
+        def shared(op: Any) -> tuple[float, str] | None:
+            timed = timer(op)
+            if timed is None:
+                return None
+            factor = self.memory_factor if op.kind is OpKind.ELEMENTWISE else self.compute_factor
+            return timed[0] * factor, timed[1]
+
+        return shared
+
+
+def _shared_worker(rank: int, world: int, port: int, dtype: str, threads: int, result_dir: str) -> None:
+    """One of the processes of `measure_cpu_shared` (module level: started with the spawn method)."""
+    torch = _torch()
+    dist = torch.distributed
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=120),
+    )  # fmt: skip
+    try:
+        figures = measure_cpu(dtype, threads, start_together=dist.barrier)
+        Path(result_dir, f"rank{rank}.json").write_text(json.dumps(asdict(figures)))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_cpu_shared(dtype: str, threads: int, world: int) -> CpuFigures:
+    """`measure_cpu` in `world` processes at once, each timing loop started together; the slowest rank's
+    rates (a data-parallel step waits for its slowest rank)."""
+    if world == 1:
+        return measure_cpu(dtype, threads)
+    torch = _torch()
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.multiprocessing.start_processes(
+            _shared_worker, args=(world, _free_port(), dtype, threads, tmp), nprocs=world, join=True,
+            start_method="spawn",
+        )  # fmt: skip
+        ranks = [CpuFigures(**json.loads(Path(tmp, f"rank{r}.json").read_text())) for r in range(world)]
+    return min(ranks, key=lambda f: f.matmul_flops / 1e12 + f.stream_bytes_per_s / 1e12)
+
+
+def shared_cpu(solo: CpuFigures, shared: CpuFigures, world: int) -> SharedCpu:
+    """The slowdown factors between one process alone and `world` at once (never below 1: sharing a CPU
+    cannot make a process faster; a lower reading is noise)."""
+    return SharedCpu(
+        world,
+        max(1.0, solo.matmul_flops / shared.matmul_flops),
+        max(1.0, solo.stream_bytes_per_s / shared.stream_bytes_per_s),
+    )
 
 
 BANDWIDTH_REGIME_BYTES = 2**20  # all-reduce samples from 1 MiB up fit the link line (see LinkFit)
@@ -638,13 +713,21 @@ def optimizer_s_per_param(dtype: str = "fp32", threads: int = 1, params: int = 2
 
 
 def project_cpu(
-    config: TinyLlama, run: RunConfig, world: int, system: SystemSpec, calibration: Calibration, profile: Path
+    config: TinyLlama,
+    run: RunConfig,
+    world: int,
+    system: SystemSpec,
+    calibration: Calibration,
+    profile: Path,
+    shared: SharedCpu | None = None,
 ) -> Projection:
-    """The projection of the reference run: the fitted profile where it covers an op (`--profile PATH`)."""
+    """The projection of the reference run: the fitted profile where it covers an op (`--profile PATH`), its
+    times scaled by `shared` when several processes share this CPU."""
     from paraplan.cost.profiled import timer_for
     from paraplan.projection import ProjectionOptions, project_specs
 
-    options = ProjectionOptions(calibration=calibration, timer=timer_for(str(profile), system.gpu.name))
+    timer = timer_for(str(profile), system.gpu.name)
+    options = ProjectionOptions(calibration=calibration, timer=shared.scaled(timer) if shared else timer)
     return project_specs(config.model_spec(), system, run.training_spec(world), options)
 
 
