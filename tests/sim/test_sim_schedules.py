@@ -110,3 +110,23 @@ def test_dualpipe_follows_the_repository_steps() -> None:
     # the last rank mirrors it on the other direction
     mirror = rank_programs("dualpipe", 4, 2, 8)[3].actions
     assert mirror[:4] == ((F, 1, 4), (F, 1, 5), (F, 1, 6), (F, 0, 0))
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved"])
+@pytest.mark.parametrize("paired", [False, True])
+def test_action_arrays_match_the_programs(schedule: str, paired: bool) -> None:
+    """The numpy generation of the 1F1B family gives `rank_programs` exactly, pairs included."""
+    from paraplan.sim.actions import action_arrays
+
+    for pp in (2, 3, 4, 8):
+        for vpp in (1,) if schedule == "1f1b" else (2, 3, 5):
+            for m in (1, 2, pp, 2 * pp, 3 * pp + 1):
+                if validate_schedule(schedule, pp, vpp, m):
+                    continue
+                programs = rank_programs(schedule, pp, vpp, m, paired)
+                arrays = action_arrays(schedule, pp, vpp, m, paired)
+                flat = [a for p in programs for a in p.actions]
+                assert list(zip(arrays.kind.tolist(), arrays.chunk.tolist(), arrays.mb.tolist(), strict=True)) == flat
+                assert arrays.lengths.tolist() == [len(p.actions) for p in programs]
+                offsets = [sum(len(p.actions) for p in programs[:r]) for r in range(pp)]
+                assert arrays.pair_starts.tolist() == [offsets[r] + k for r, p in enumerate(programs) for k in p.pairs]

@@ -14,23 +14,13 @@ here), so it has ended before the task starts.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 import numpy as np
 
-from paraplan.sim.schedules import (
-    BW,
-    KIND_NAMES,
-    Action,
-    B,
-    F,
-    W,
-    chunks_per_rank,
-    rank_programs,
-    stage_paths,
-)
+from paraplan.sim.actions import action_arrays
+from paraplan.sim.schedules import BW, KIND_NAMES, Action, B, F, W, chunks_per_rank, stage_paths
 
 N_KINDS = 4  # F, B, W, BW
 
@@ -110,20 +100,36 @@ def _neighbour_tables(schedule: str, pp: int, vpp: int, n_chunks: int) -> tuple[
     return up, down
 
 
-def _unique_rows(rows: np.ndarray) -> np.ndarray:
-    """np.unique(rows, axis=0), fast: rows of small counts are packed into one integer each."""
-    base = int(rows.max()) + 1 if rows.size else 1
-    if base ** rows.shape[1] >= 2**62:
-        return np.unique(rows, axis=0)
-    weights = base ** np.arange(rows.shape[1] - 1, -1, -1, dtype=np.int64)
-    packed = np.unique(rows @ weights)
-    return (packed[:, None] // weights[None, :]) % base
+def _live_after_forwards(
+    kind: np.ndarray, chunk: np.ndarray, offset: np.ndarray, lengths: np.ndarray, n_chunks: int, m: int
+) -> list[np.ndarray]:
+    """Per rank: the distinct live (chunk, micro-batch) count vectors right after each F, and the empty one.
+
+    A chunk holds at most m live micro-batches, so a vector packs into one integer in base m + 1 when that
+    fits; each action then moves the packed count by one digit and a cumulative sum gives them all (a
+    rank's activations are all freed by its end, so every rank starts from zero)."""
+    is_f = kind == F
+    frees = (kind == W) | (kind == BW)
+    base = m + 1
+    spans = list(zip(offset.tolist(), (offset + lengths).tolist(), strict=True))
+    if base**n_chunks < 2**62:
+        digit = base ** (n_chunks - 1 - chunk)
+        packed = np.cumsum(np.where(is_f, digit, np.where(frees, -digit, 0)))
+        weights = base ** np.arange(n_chunks - 1, -1, -1, dtype=np.int64)
+        codes = [np.unique(np.append(packed[a:b][is_f[a:b]], 0)) for a, b in spans]
+        return [(c[:, None] // weights) % base for c in codes]
+    delta = np.zeros((n_chunks, len(kind)), dtype=np.int64)
+    delta[chunk[is_f], np.flatnonzero(is_f)] = 1
+    delta[chunk[frees], np.flatnonzero(frees)] = -1
+    live = np.cumsum(delta, axis=1)
+    zero = np.zeros((1, n_chunks), dtype=np.int64)
+    return [np.unique(np.vstack((live[:, a:b][:, is_f[a:b]].T, zero)), axis=0) for a, b in spans]
 
 
-def _peak_candidates(rows: np.ndarray) -> np.ndarray:
-    """The distinct rows, without those another row dominates componentwise when that check is cheap:
+def _peak_candidates(v: np.ndarray) -> np.ndarray:
+    """The distinct rows `v`, without those another row dominates componentwise when that check is cheap:
     any weighted peak (activation bytes per chunk) is the max of a dot product over them."""
-    v = _unique_rows(rows).astype(np.float64)
+    v = v.astype(np.float64)
     if len(v) <= 128:
         ge = (v[:, None, :] >= v[None, :, :]).all(axis=2)  # ge[i, j]: row i >= row j everywhere
         v = v[ge.sum(axis=0) == 1]  # dominated by itself only
@@ -136,8 +142,10 @@ def _group_columns(owner: np.ndarray, values: np.ndarray, n_rows: int) -> np.nda
         return np.zeros((n_rows, 0), dtype=np.int64)
     order = np.argsort(owner, kind="stable")
     owner, values = owner[order], values[order]
-    first = np.searchsorted(owner, owner, side="left")
-    column = np.arange(len(owner)) - first
+    position = np.arange(len(owner))
+    run_start = np.ones(len(owner), dtype=bool)
+    run_start[1:] = owner[1:] != owner[:-1]
+    column = position - np.maximum.accumulate(np.where(run_start, position, 0))
     out = np.zeros((n_rows, int(column.max()) + 1), dtype=np.int64)
     out[owner, column] = values
     return out
@@ -217,12 +225,7 @@ def _build_large(schedule: str, pp: int, vpp: int, num_microbatches: int, paired
 def _build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired: bool) -> Plan:
     m = num_microbatches
     n_chunks = chunks_per_rank(schedule, vpp)
-    programs = rank_programs(schedule, pp, vpp, m, paired)
-    lengths = np.array([len(p.actions) for p in programs], dtype=np.int64)
-    flat = np.fromiter(
-        itertools.chain.from_iterable(itertools.chain.from_iterable(p.actions for p in programs)), dtype=np.int64
-    ).reshape(-1, 3)
-    kind, chunk, mb = flat[:, 0].copy(), flat[:, 1].copy(), flat[:, 2].copy()
+    kind, chunk, mb, lengths, pair_starts = action_arrays(schedule, pp, vpp, m, paired)
     n_actions = len(kind)
     rank = np.repeat(np.arange(pp, dtype=np.int64), lengths)
     offset = np.concatenate(([0], np.cumsum(lengths)[:-1]))
@@ -259,7 +262,7 @@ def _build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired:
     # pair would close a dependency cycle (then it runs as two tasks)
     second = np.zeros(n_actions, dtype=bool)
     if paired:
-        starts = np.array([offset[r] + k for r, p in enumerate(programs) for k in p.pairs], dtype=np.int64)
+        starts = pair_starts
         if len(starts):
             ok = (kind[starts] == F) & np.isin(kind[starts + 1], (B, BW)) & (mb[starts] != mb[starts + 1])
             starts = starts[ok]
@@ -333,24 +336,13 @@ def _build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired:
             for s in shapes
         )
     n_keys = base_keys + len(pair_keys)
-    key_counts = np.zeros((pp, n_keys))
-    np.add.at(key_counts, (task_rank[1:], cost_key[1:]), 1.0)
+    key_counts = np.bincount(task_rank[1:] * n_keys + cost_key[1:], minlength=pp * n_keys).reshape(pp, n_keys)
+    key_counts = key_counts.astype(np.float64)
 
     # 5. activations alive: from a chunk's F until its last backward pass (W or BW) ends; within a task the
     # allocations come first, so the live counts right after each F are the candidates for the peak
-    delta = np.zeros((n_chunks, n_actions), dtype=np.int64)
-    delta[chunk[f_idx], f_idx] = 1
-    frees = np.flatnonzero((kind == W) | (kind == BW))
-    delta[chunk[frees], frees] = -1
-    live_all = np.cumsum(delta, axis=1)
-    inflight_vectors, peak_chunks = [], []
-    for r in range(pp):
-        a, b = int(offset[r]), int(offset[r] + lengths[r])
-        before = live_all[:, a - 1 : a] if a > 0 else 0
-        peaks = (live_all[:, a:b][:, is_f[a:b]] - before).T
-        vectors = _peak_candidates(np.vstack((peaks, np.zeros((1, n_chunks), dtype=np.int64))))
-        inflight_vectors.append(vectors)
-        peak_chunks.append(int(vectors.sum(axis=1).max()))
+    inflight_vectors = [_peak_candidates(v) for v in _live_after_forwards(kind, chunk, offset, lengths, n_chunks, m)]
+    peak_chunks = [int(v.sum(axis=1).max()) for v in inflight_vectors]
 
     forwards = np.bincount(stage[f_idx], minlength=pp * n_chunks).reshape(pp, n_chunks)
     sends_per_rank = np.bincount(rank[prod[cross]], minlength=pp)
