@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 import paraplan
-from paraplan.cost.profile import Profile, elementwise_feature
 from paraplan.graph import layers as L
 from paraplan.graph.backward import backward_ops
 from paraplan.graph.kernels import EAGER_PASSES, FUSED_PASSES, SPLIT_GRAD_PASSES
-from paraplan.graph.ops import Op, OpKind, Phase
+from paraplan.graph.ops import Op
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.training import TrainingSpec
 
@@ -21,13 +18,14 @@ MODEL = ModelSpec(
 )  # fmt: skip
 
 
-def _ops(fused: bool) -> dict[str, Op]:
+def layer_ops(fused: bool) -> dict[str, Op]:
+    """One Llama-style layer's forward ops by name (tests/cost/test_profile.py uses them too)."""
     shard = L.Shard.of(TrainingSpec(micro_batch_size=2, global_batch_size=2, seq_length=128, kernel_fusion=fused))
-    return {op.name: op for op in [*L.attention_ops(MODEL, shard), *L.mlp_ops(MODEL, shard)]}
+    return {op.name: op for op in L.decoder_layer_ops(MODEL, shard, moe=False)}
 
 
 def test_eager_ops_move_the_passes_of_their_kernels() -> None:
-    fused, eager = _ops(True), _ops(False)
+    fused, eager = layer_ops(True), layer_ops(False)
     assert eager["attn_norm"].bytes_moved == fused["attn_norm"].bytes_moved * EAGER_PASSES["rmsnorm"] / 2
     assert eager["rotary"].bytes_moved == fused["rotary"].bytes_moved * EAGER_PASSES["rotary"] / 2
     assert eager["mlp_act"].bytes_moved == pytest.approx(
@@ -38,7 +36,7 @@ def test_eager_ops_move_the_passes_of_their_kernels() -> None:
 
 
 def test_split_gradients_cost_only_in_backward() -> None:
-    eager = _ops(False)
+    eager = layer_ops(False)
     split = eager["qkv_split"]
     assert split.bytes_moved == 0.0 and split.host_ops == 0
     tokens, width = 2 * 128, (8 + 2 * 2) * 64
@@ -54,16 +52,3 @@ def test_eager_training_projects_slower_and_says_so() -> None:
     eager = paraplan.project("llama3.1-8b", "h100-sxm5-80gb", kernel_fusion=False, **kwargs)
     assert 1.03 < eager.step_time_s / fused.step_time_s < 1.30
     assert eager.to_dict()["config"]["kernel_fusion"] is False
-
-
-def test_eager_rmsnorm_uses_the_rmsnorm_samples_at_their_nominal_bytes() -> None:
-    """The RMSNorm samples time F.rms_norm (eager): an eager norm is looked up at the bytes of its shape as the
-    samples record them (2 passes), not at the 7 passes it moves; a fused norm uses the LayerNorm kernel."""
-    eager, fused = _ops(False)["attn_norm"], _ops(True)["attn_norm"]
-    assert elementwise_feature(eager) == ("rmsnorm", pytest.approx(fused.bytes_moved))
-    assert elementwise_feature(fused) == ("layernorm", fused.bytes_moved)
-    assert elementwise_feature(_ops(False)["mlp_act"])[0] == "gelu"
-    assert elementwise_feature(_ops(False)["qkv_split"])[0] is None
-    profile = Profile("T", "test", "fp32", regressors={}, created_utc="", provenance={})
-    assert profile.op_time_s(Op("qkv_split", OpKind.ELEMENTWISE, Phase.BACKWARD_INPUT, bytes_moved=1e6)) is None
-    assert math.isclose(EAGER_PASSES["rmsnorm"], 7)

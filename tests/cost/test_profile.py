@@ -20,6 +20,7 @@ from paraplan.cost.profile import (
     ProfileError,
     Regressor,
     TreeEnsemble,
+    elementwise_features,
     elementwise_regressor,
     elementwise_traffic_bytes,
     shipped_profile,
@@ -364,3 +365,36 @@ def test_core_imports_without_torch_or_sklearn() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def kernel_ops(fused: bool) -> dict[str, Op]:
+    from paraplan.graph import layers as L
+    from paraplan.specs.model import ModelSpec
+    from paraplan.specs.training import TrainingSpec
+
+    model = ModelSpec(
+        name="t", num_layers=2, hidden_size=512, ffn_hidden_size=1408, num_attention_heads=8, num_query_groups=2,
+        vocab_size=1024,
+    )  # fmt: skip
+    shard = L.Shard.of(TrainingSpec(micro_batch_size=2, global_batch_size=2, seq_length=128, kernel_fusion=fused))
+    return {op.name: op for op in [*L.attention_ops(model, shard), *L.mlp_ops(model, shard)]}
+
+
+def test_eager_kernels_use_their_eager_samples_at_their_nominal_bytes() -> None:
+    """The RMSNorm samples time F.rms_norm (eager): an eager norm is looked up at the bytes of its shape as the
+    samples record them (2 passes), not at the 7 passes it moves, falling back to the LayerNorm samples at
+    the bytes it moves; a fused norm uses the LayerNorm kernel."""
+    eager, fused = kernel_ops(False), kernel_ops(True)
+    norm = fused["attn_norm"].bytes_moved
+    assert elementwise_features(eager["attn_norm"]) == [
+        ("rmsnorm", pytest.approx(norm)),
+        ("layernorm", eager["attn_norm"].bytes_moved),
+    ]
+    assert elementwise_features(fused["attn_norm"]) == [("layernorm", norm)]
+    act = elementwise_features(eager["mlp_act"])
+    assert act[0] == ("swiglu", pytest.approx(fused["mlp_act"].bytes_moved)) and act[1][0] == "gelu"
+    assert elementwise_features(eager["qkv_split"]) == []
+    regressors = {"layernorm.fwd": power_law("layernorm.fwd", "elementwise", ("bytes",), (1.0,), 0.0, (1,), (1e12,))}
+    profile = Profile("T", "test", "fp16", regressors=regressors, created_utc="", provenance={})
+    assert profile.covers(eager["attn_norm"]) == "layernorm.fwd"  # no RMSNorm samples
+    assert profile.op_time_s(Op("qkv_split", OpKind.ELEMENTWISE, Phase.BACKWARD_INPUT, bytes_moved=1e6)) is None

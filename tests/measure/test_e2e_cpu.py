@@ -106,6 +106,11 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
         optimizer_source = "direct fused-AdamW timing"
 
     quiet = single.median_s <= QUIET_WALL_OVER_CPU * single.median_cpu_s
+    for measured in (single, data_parallel):  # a process that waited for a core ran on a busy machine
+        if measured.median_s > QUIET_WALL_OVER_CPU * measured.median_cpu_s:
+            result.busy.append(
+                f"{measured.world}-process run: wall {_ms(measured.median_s)} ms vs CPU {_ms(measured.median_cpu_s)} ms"
+            )
     print(f"\nmodel {e2e.describe(config, run)}; {params / 1e6:.2f} M parameters")
     print(
         f"CPU: matmul {figures.matmul_flops / 1e9:.0f} GFLOP/s, stream {figures.stream_bytes_per_s / 1e9:.1f} GB/s, "

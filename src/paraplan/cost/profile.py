@@ -87,6 +87,7 @@ ELEMENTWISE_TRAFFIC: dict[str, tuple[int, int]] = {
     "layernorm": (2, 0),  # read x, write y
     "rmsnorm": (2, 0),
     "gelu": (2, 0),  # read x, write act(x)
+    "swiglu": (3, 0),  # read gate and up, write silu(gate) * up (elements: the FFN width)
     "residual": (3, 0),  # read a and b, write a + b
     "rotary": (2, 0),  # read q (or k), write it rotated
     "softmax": (2, 0),
@@ -129,9 +130,9 @@ ELEMENTWISE_ALIASES: dict[str, str] = {
     "embedding": "embedding",
 }
 # Regressors whose samples time the eager PyTorch implementation (`paraplan.measure.bench`: F.rms_norm, the
-# rotate-half rotary; the RMSNorm kernel samples in ../shared are unfused too): an op tagged "eager" with one
-# of these kernels uses them directly (`elementwise_feature`).
-EAGER_MEASURED = ("rmsnorm", "rotary")
+# rotate-half rotary, silu(gate) * up; the RMSNorm kernel samples in ../shared are unfused too): an op tagged
+# "eager" with one of these kernels uses them directly (`elementwise_features`).
+EAGER_MEASURED = ("rmsnorm", "rotary", "swiglu")
 ELEMENTWISE_EXCLUDED = frozenset({"dropout", "topk", "permute", "unpermute", "mask", "quantize", "cast"})
 
 # Precisions whose kernels run at the same rate share a class: A100/H100 tensor cores run fp16 and bf16
@@ -356,15 +357,20 @@ def elementwise_regressor(op_name: str) -> str | None:
     return None
 
 
-def elementwise_feature(op: Op) -> tuple[str | None, float]:
-    """(regressor base, its bytes feature) of an elementwise op. An eager-PyTorch op whose regressor's samples
-    time that same eager implementation (`EAGER_MEASURED`) is looked up at the nominal bytes of its shape
-    (the fused passes, as the samples are recorded); others by their name, at the bytes they move."""
+def elementwise_features(op: Op) -> list[tuple[str, float]]:
+    """(regressor base, its bytes feature) candidates for an elementwise op, best first. An eager-PyTorch op
+    whose kernel has samples of that same eager implementation (`EAGER_MEASURED`) is looked up there at the
+    nominal bytes of its shape (the fused passes, as the samples record them); then by its name, at the bytes
+    it moves (a profile without the eager samples times eager RMSNorm as LayerNorm passes, SwiGLU as GELU's)."""
+    out = []
     if "eager" in op.tags:
         kernel = next((k for k in EAGER_MEASURED if k in op.tags), None)
         if kernel is not None:
-            return kernel, float(op.bytes_moved) * FUSED_PASSES[kernel] / EAGER_PASSES[kernel]
-    return elementwise_regressor(op.name), float(op.bytes_moved)
+            out.append((kernel, float(op.bytes_moved) * FUSED_PASSES[kernel] / EAGER_PASSES[kernel]))
+    base = elementwise_regressor(op.name)
+    if base is not None:
+        out.append((base, float(op.bytes_moved)))
+    return out
 
 
 class Profile:
@@ -482,8 +488,12 @@ class Profile:
             # Attention has no weights: its whole backward is B (input gradient), W is empty.
             return name, 0.0 if op.phase == Phase.BACKWARD_WEIGHT else t_us * 1e-6
         if op.kind == OpKind.ELEMENTWISE:
-            base, feature_bytes = elementwise_feature(op)
-            if base is None or feature_bytes <= 0:
+            if op.bytes_moved <= 0:
+                return None
+            base, feature_bytes = next(
+                ((b, x) for b, x in elementwise_features(op) if f"{b}.{direction}" in self.regressors), (None, 0.0)
+            )
+            if base is None:
                 return None
             name = f"{base}.{direction}"
             t_us = self._time_us(name, (feature_bytes,))

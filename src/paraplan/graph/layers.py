@@ -352,7 +352,7 @@ def _mlp_body(prefix: str, model: ModelSpec, shard: Shard, tokens: int, ffn_loca
     act_tags = tags
     if model.gated_mlp and not shard.fused:  # eager SwiGLU: silu(gate), then * up
         act_moved = passes("swiglu", False) * shard.act_bytes * tokens * ffn_local * count
-        act_tags = tags | EAGER_TAG
+        act_tags = tags | EAGER_TAG | {"swiglu"}
     return [
         _gemm(f"{prefix}_up", tokens, up_width, h, shard, saved=0.0, count=count, tags=tags),
         *(_split_grad(f"{prefix}_up_split", shard, tokens * up_width, count, tags) if model.gated_mlp else []),

@@ -2,15 +2,16 @@
 
 Operators (one file each under <out>/operator/, columns as in arXiv 2509.22832's release, plus `gemm`):
 GEMMs over log-uniformly sampled (m, n, k) with forward Y = X W and backward dX = dY W^T plus
-dW = X^T dY timed together; causal SDPA attention; LayerNorm and RMSNorm; GELU; residual add; RoPE
+dW = X^T dY timed together; causal SDPA attention; LayerNorm and RMSNorm; GELU; SwiGLU (eager silu(gate) * up);
+residual add; RoPE
 (Megatron's rotate-half form); cross-entropy in fp32 over a vocabulary; embedding lookup; one fused
 AdamW step over fp32 parameters (Megatron's fp32 master weights; torch's fused kernel on CPUs too).
 Collectives (<out>/nccl/, `shape` = elements per rank for all-gather, of the buffer otherwise): all-reduce,
 all-gather and a send/recv ping-pong among local processes, over gloo on CPU (2 processes) or NCCL on CUDA
 (all local GPUs, if there are at least 2).
 
-Times follow warm-up calls: medians of CUDA-event times on a GPU, minima of wall times on a CPU (of the thread's
-CPU times for operators measured with one thread; see `time_us`). torch is imported lazily: importing this
+Times follow warm-up calls: medians of CUDA-event times on a GPU, of wall times on a CPU (of the thread's CPU
+times for operators measured with one thread; see `time_us`). torch is imported lazily: importing this
 module does not need it.
 """
 
@@ -52,7 +53,7 @@ class BenchConfig:
 
     @property
     def repeats(self) -> int:
-        """Timed calls per shape: 10, or 5 for a quick run on a GPU (a CPU's minima need more tries on a busy
+        """Timed calls per shape: 10, or 5 for a quick run on a GPU (a CPU's medians need more tries on a busy
         machine, and its quick shapes are cheap)."""
         return 5 if self.quick and self.on_gpu else 10
 
@@ -104,14 +105,13 @@ def _torch_dtype(config: BenchConfig) -> Any:
 
 
 # ---- timing --------------------------------------------------------------------------------------------
-def time_us(fn: Callable[[], Any], config: BenchConfig, wall: bool = False, median: bool = False) -> float:
-    """Time of `fn` in microseconds: the median of CUDA-event times on a GPU; on a CPU the minimum of the
-    wall times, as `timeit` advises (other processes on a shared CPU only ever add time). With one CPU thread
-    (`threads=1`) the minimum of the calling thread's CPU times instead, unless `wall`: the op runs on that
-    thread alone, and time it spent preempted by other processes does not count (on a busy machine a
-    millisecond-long op is rarely left alone for a whole run, so wall-time minima of long ops overstate).
-    `median` takes the median on a CPU too: a collective waits for its slowest peer in a real step as well, so
-    its typical time, not its luckiest, is what a step sees."""
+def time_us(fn: Callable[[], Any], config: BenchConfig, wall: bool = False) -> float:
+    """Median time of `fn` in microseconds over `config.repeats` calls: CUDA-event times on a GPU; on a CPU
+    the wall times, or with one CPU thread (`threads=1`) the calling thread's CPU times unless `wall` (the op
+    runs on that thread alone, and time it spent preempted by other processes does not count). The median,
+    not the minimum that `timeit` advises for comparing code: a profile predicts a typical training step,
+    which is the median of its steps, made of typical kernel times, not of each kernel's luckiest run. A
+    collective (`wall`) waits for its slowest peer in a real step as well."""
     torch = _torch()
     for _ in range(config.warmup):
         fn()
@@ -131,7 +131,6 @@ def time_us(fn: Callable[[], Any], config: BenchConfig, wall: bool = False, medi
             t0 = clock()
             fn()
             samples.append((clock() - t0) * 1e6)
-        return statistics.median(samples) if median else min(samples)
     return statistics.median(samples)
 
 
@@ -242,6 +241,11 @@ def _per_token_rows(config: BenchConfig, op: str) -> list[tuple[float, ...]]:
         if op == "gelu":  # on the MLP's 4h intermediate (mp = 1)
             x = torch.randn(tokens, 4 * dim, dtype=dtype, device=device, requires_grad=True)
             times = _forward_backward_us(lambda x=x: F.gelu(x), [x], config)
+            rows.append((1, b, seq, dim, *times))
+            continue
+        if op == "swiglu":  # eager silu(gate) * up on the 4h intermediate (mp = 1)
+            gate, up = (torch.randn(tokens, 4 * dim, dtype=dtype, device=device, requires_grad=True) for _ in "gu")
+            times = _forward_backward_us(lambda g=gate, u=up: F.silu(g) * u, [gate, up], config)
             rows.append((1, b, seq, dim, *times))
             continue
         x = torch.randn(tokens, dim, dtype=dtype, device=device, requires_grad=True)
@@ -382,7 +386,7 @@ def _collective_worker(rank: int, world: int, port: int, config: BenchConfig, re
 
     def timed(fn: Callable[[], Any]) -> float:  # wall time: a collective waits for its peers
         dist.barrier()
-        return time_us(fn, config, wall=True, median=True)
+        return time_us(fn, config, wall=True)
 
     for message_bytes in _sizes(config)["message_bytes"]:
         elements = max(1, message_bytes // element_bytes)
@@ -443,6 +447,7 @@ def plan_benchmarks(config: BenchConfig) -> list[BenchTask]:
         BenchTask("layernorm", "operator", per_token, lambda: _per_token_rows(config, "layernorm")),
         BenchTask("RMSlayernorm", "operator", per_token, lambda: _per_token_rows(config, "RMSlayernorm")),
         BenchTask("gelu", "operator", ("mp", *per_token), lambda: _per_token_rows(config, "gelu")),
+        BenchTask("swiglu", "operator", ("mp", *per_token), lambda: _per_token_rows(config, "swiglu")),
         BenchTask("res_add", "operator", per_token, lambda: _per_token_rows(config, "res_add")),
         BenchTask("RoPE", "operator", attention, lambda: _attention_like_rows(config, "RoPE")),
         BenchTask(
@@ -545,7 +550,7 @@ def _write_metadata(out: Path, gpu: str, config: BenchConfig) -> Path:
         "threads": torch.get_num_threads() if not config.on_gpu else None,
         "timing": "median of CUDA events"
         if config.on_gpu
-        else "minimum of wall times" + (" (operators: of thread CPU times)" if config.threads == 1 else ""),
+        else "median of wall times" + (" (operators: of thread CPU times)" if config.threads == 1 else ""),
         "warmup": config.warmup,
         "repeats": config.repeats,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

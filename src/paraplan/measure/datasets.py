@@ -114,7 +114,7 @@ def _elements(base: str, t: SampleTable) -> np.ndarray:
     tokens = _tokens(t)
     if base in ("layernorm", "rmsnorm", "residual", "embedding"):
         return tokens * t.column("dim")
-    if base == "gelu":
+    if base in ("gelu", "swiglu"):
         return tokens * 4 * t.column("dim") / _mp(t)  # the MLP's 4h/tp intermediate
     if base == "rotary":
         return tokens * t.column("dim") / _mp(t)  # q (or k) of the rank's heads
@@ -177,6 +177,7 @@ OPERATOR_MAPPINGS: dict[str, FileMapping] = {
     "layernorm": FileMapping("layernorm", "elementwise", FWD_BWD, _elementwise("layernorm")),
     "RMSlayernorm": FileMapping("rmsnorm", "elementwise", FWD_BWD, _elementwise("rmsnorm")),
     "gelu": FileMapping("gelu", "elementwise", FWD_BWD, _elementwise("gelu")),
+    "swiglu": FileMapping("swiglu", "elementwise", FWD_BWD, _elementwise("swiglu")),
     "res_add": FileMapping("residual", "elementwise", FWD_BWD, _elementwise("residual")),
     "RoPE": FileMapping("rotary", "elementwise", FWD_BWD, _elementwise("rotary")),
     "softmax": FileMapping("softmax", "elementwise", FWD_BWD, _elementwise("softmax")),
