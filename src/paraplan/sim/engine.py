@@ -7,8 +7,9 @@ Two engines compute the same timeline:
 - the fast path below, for the tuner's hot loop. With static per-rank orders, the start of a task is
   max(end of the previous task on its rank, arrival of its inputs, release time): a max-plus recurrence,
   so one pass over the tasks in a topological order gives every time exactly, with flat int lists, no
-  per-event objects and no heap. The first run of a shape finds that order (each rank runs its next tasks
-  while their inputs have arrived, and sleeps until the send it waits for is made); later runs reuse it.
+  per-event objects and no heap (`paraplan.sim.loops`). The order comes from the plan's static priorities
+  (`Plan.order`); where they do not settle, a sweep finds one (each rank runs its next tasks while their
+  inputs have arrived, and sleeps until the send it waits for is made), and names a deadlock.
   Sends keep the FIFO rule of the rank's pp stream; the DP stream (parameter gathers, gradient buckets,
   FSDP) follows the issue order of `paraplan.sim.timeline`. Tests check that both engines agree on random
   cases.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from paraplan.sim.costs import PipelineCosts
+from paraplan.sim.loops import LoopRows, full_loop, loop_rows, static_loop
 from paraplan.sim.plan import Plan, build_plan
 from paraplan.sim.replay import replay
 from paraplan.sim.result import SimResult
@@ -79,7 +81,7 @@ def simulate(costs: PipelineCosts, *, record_events: bool = False, engine: str =
     return summarize(plan, costs, tables, timeline, record_events=record_events)
 
 
-def _initial_slots(plan: Plan, costs: PipelineCosts, dur: list[float]) -> tuple[list[float], list[float]]:
+def _initial_slots(plan: Plan, costs: PipelineCosts, dur: np.ndarray) -> tuple[list[float], list[float]]:
     """Time slots before the run (release slots filled) and each rank's DP stream free time after the
     previous step's parameter all-gather, which heads the DP stream when it overlaps the first forwards."""
     t = [0.0] * plan.n_slots
@@ -92,7 +94,7 @@ def _initial_slots(plan: Plan, costs: PipelineCosts, dur: list[float]) -> tuple[
             for task, c in sorted((task, c) for c, task in enumerate(plan.first_forward[rank]) if task):
                 gather = row[c].dp_param_gather_s
                 if gather > 0:
-                    lead = param_lead_s(gather, dur[task], buckets)
+                    lead = param_lead_s(gather, float(dur[task]), buckets)
                     first_end = at + lead
                     t[plan.release_base + rank * plan.n_chunks + c] = first_end
                     at = first_end + (gather - lead)
@@ -103,60 +105,33 @@ def _initial_slots(plan: Plan, costs: PipelineCosts, dur: list[float]) -> tuple[
 def fast_timeline(plan: Plan, costs: PipelineCosts, tables: DurationTables) -> Timeline:
     """Every task's start and end without the event queue (see the module docstring)."""
     n = plan.n_tasks
-    dur = tables.dur_s[plan.cost_key].tolist()
+    rows = _loop_rows(plan)
+    durs = tables.dur_s[rows.keys].tolist()
+    dur = tables.dur_s[plan.cost_key]  # by task id, for the few lookups outside the loops
     t, dp_free = _initial_slots(plan, costs, dur)
     start = [0.0] * (n + 1)
-    p2p = costs.p2p_s
-    fsdp = bool(tables.fsdp_gather_s.any() or tables.fsdp_scatter_s.any())
-    order = plan.memo.get("order")
-    swept = order is None
-    if swept:  # first run of this shape: find a topological order (the times hold unless FSDP)
-        order = plan.memo["order"] = _sweep(plan, t, start, dur, p2p)
-        if fsdp:
-            t, dp_free = _initial_slots(plan, costs, dur)
-    if fsdp:
-        return _fsdp_loop(plan, costs, tables, order, t, start, dur, dp_free)
-    if not swept and plan.max_deps == 2:
-        if "rows" not in plan.memo:
-            plan.memo["rows"] = _static_rows(plan, order)
-        _static_loop(plan.memo["rows"], tables.dur_s, t, start, p2p, plan.pp)
-    elif not swept:
-        _generic_loop(plan, order, t, start, dur, p2p)
+    if plan.max_deps > 2 or tables.fsdp_gather_s.any() or tables.fsdp_scatter_s.any():
+        return full_loop(plan, rows, costs, tables, durs, t, start, dp_free)
+    static_loop(rows, durs, t, start, costs.p2p_s, plan.pp)
     end = t[: n + 1]
     end[0] = 0.0
     return Timeline(start, end, t, _grad_reduction(plan, costs, start, end, dur, dp_free))
 
 
-def _static_loop(memo: tuple, dur_table: np.ndarray, t: list[float], start: list[float], p2p: float, pp: int) -> None:
-    """The hot loop: tasks in a topological order, start = max(previous task on the rank, inputs)."""
-    tasks, prevs, dep0, dep1, ranks, send0, send1, keys = memo
-    pp_free = [0.0] * pp
-    durs = dur_table[keys].tolist()
-    for i, p, a, b, d, r, k0, k1 in zip(tasks, prevs, dep0, dep1, durs, ranks, send0, send1, strict=True):
-        s = t[p]
-        x = t[a]
-        if x > s:
-            s = x
-        x = t[b]
-        if x > s:
-            s = x
-        start[i] = s
-        e = s + d
-        t[i] = e
-        if k0:  # sends leave in FIFO order on the rank's pp stream
-            f = pp_free[r]
-            if f < e:
-                f = e
-            f += p2p
-            t[k0] = f
-            if k1:
-                f += p2p
-                t[k1] = f
-            pp_free[r] = f
+def _loop_rows(plan: Plan) -> LoopRows:
+    """The loops' rows, once per plan: in the static order, or else in the order a sweep finds."""
+    rows = plan.memo.get("rows")
+    if rows is None:
+        order = plan.order
+        if order is None:
+            zeros = [0.0] * (plan.n_tasks + 1)
+            order = np.array(_sweep(plan, [0.0] * plan.n_slots, list(zeros), zeros, 0.0), dtype=np.int64)
+        rows = plan.memo["rows"] = loop_rows(plan, order)
+    return rows
 
 
 def _grad_reduction(
-    plan: Plan, costs: PipelineCosts, start: list[float], end: list[float], dur: list[float], dp_free: list[float]
+    plan: Plan, costs: PipelineCosts, start: list[float], end: list[float], dur: np.ndarray, dp_free: list[float]
 ) -> list[float]:
     """Per rank: when the last backward and the gradient reduction (DP stream, after the parameter
     all-gather) have both finished."""
@@ -174,157 +149,13 @@ def _grad_reduction(
                 continue
             if costs.overlap_grad_reduce:
                 for bucket in range(buckets):
-                    ready = start[task] + bucket_delay_s(dur[task], bucket, buckets)
+                    ready = start[task] + bucket_delay_s(float(dur[task]), bucket, buckets)
                     at = (at if at > ready else ready) + reduce_s / buckets
             else:
                 at = (at if at > last else last) + reduce_s
             done = at if at > done else done
         rank_done.append(done)
     return rank_done
-
-
-def _fsdp_loop(
-    plan: Plan,
-    costs: PipelineCosts,
-    tables: DurationTables,
-    order: list[int],
-    t: list[float],
-    start: list[float],
-    dur: list[float],
-    dp_free: list[float],
-) -> Timeline:
-    """The loop with FSDP on the DP stream: the gather for task i+1 is issued when task i starts, then the
-    gradient buckets of task i, then its reduce-scatter when it ends (the issue order of
-    `paraplan.sim.timeline`)."""
-    n, pp = plan.n_tasks, plan.pp
-    buckets = costs.dp_buckets_per_chunk
-    gathers = tables.fsdp_gather_s[plan.cost_key].tolist()
-    scatters = tables.fsdp_scatter_s[plan.cost_key].tolist()
-    rank_of = plan.task_rank.tolist()
-    cols = plan.rows[:-2]
-    send0, send1 = plan.rows[-2], plan.rows[-1]
-    first = set(plan.lo)
-    last_of_rank = {h - 1 for h in plan.hi}
-    bucket_task: dict[int, float] = {}
-    if costs.overlap_grad_reduce:
-        for rank in range(pp):
-            for c, task in enumerate(plan.last_weight[rank]):
-                if task and costs.chunks[rank][c].dp_grad_reduce_s > 0:
-                    bucket_task[task] = costs.chunks[rank][c].dp_grad_reduce_s
-    dp = list(dp_free)
-    gate = [0.0] * (n + 1)
-    gates: dict[int, tuple[float, str]] = {}
-    for rank in range(pp):  # the first task's gather is issued at the start of the step
-        head = plan.lo[rank]
-        if head < plan.hi[rank] and gathers[head] > 0:
-            dp[rank] += gathers[head]
-            gate[head] = dp[rank]
-            gates[head] = (dp[rank], "fsdp")
-    grads_done = [0.0] * pp
-    scatters_done = [0.0] * pp
-    pp_free = [0.0] * pp
-    p2p = costs.p2p_s
-    for i in order:
-        r = rank_of[i]
-        s = 0.0 if i in first else t[i - 1]
-        for col in cols:
-            x = t[col[i]]
-            if x > s:
-                s = x
-        if gate[i] > s:
-            s = gate[i]
-        start[i] = s
-        if i not in last_of_rank and gathers[i + 1] > 0:  # prefetch the next task's parameters
-            d = dp[r] if dp[r] > s else s
-            d += gathers[i + 1]
-            dp[r] = gate[i + 1] = d
-            gates[i + 1] = (d, "fsdp")
-        e = s + dur[i]
-        t[i] = e
-        f = pp_free[r]
-        for k in (send0[i], send1[i]):
-            if k:
-                if f < e:
-                    f = e
-                f += p2p
-                t[k] = f
-        pp_free[r] = f
-        if i in bucket_task:
-            reduce_s = bucket_task[i]
-            for bucket in range(buckets):
-                ready = s + bucket_delay_s(dur[i], bucket, buckets)
-                dp[r] = (dp[r] if dp[r] > ready else ready) + reduce_s / buckets
-            grads_done[r] = dp[r]
-        if scatters[i] > 0:
-            dp[r] = (dp[r] if dp[r] > e else e) + scatters[i]
-            scatters_done[r] = dp[r]
-    end = t[: n + 1]
-    end[0] = 0.0
-    rank_done, tail_kind = [], []
-    for rank in range(pp):
-        lo, hi = plan.lo[rank], plan.hi[rank]
-        last = end[hi - 1] if hi > lo else 0.0
-        grads = max(last, grads_done[rank])
-        if not costs.overlap_grad_reduce:
-            at = dp[rank]
-            for _, c in sorted((task, c) for c, task in enumerate(plan.last_weight[rank]) if task):
-                reduce_s = costs.chunks[rank][c].dp_grad_reduce_s
-                if reduce_s > 0:
-                    at = (at if at > last else last) + reduce_s
-                    grads = at
-        scatter = max(last, scatters_done[rank])
-        rank_done.append(max(grads, scatter))
-        tail_kind.append("fsdp" if scatter > grads else "dp")
-    return Timeline(start, end, t, rank_done, gates, tail_kind=tail_kind)
-
-
-def _static_rows(plan: Plan, order: list[int]) -> tuple:
-    """The fast loop's inputs in topological order: task, previous task on its rank (0 = none), two
-    dependency slots, rank, two send slots, and the cost keys (numpy, for the per-call durations)."""
-    o = np.array(order, dtype=np.int64)
-    first = np.zeros(plan.n_tasks + 1, dtype=bool)
-    first[list(plan.lo)] = True
-    prev = np.where(first[o], 0, o - 1)
-    deps = plan.dep_slots[o]
-    sends = plan.send_slots[o]
-    return (
-        order,
-        prev.tolist(),
-        deps[:, 0].tolist(),
-        deps[:, 1].tolist(),
-        plan.task_rank[o].tolist(),
-        sends[:, 0].tolist(),
-        sends[:, 1].tolist(),
-        plan.cost_key[o],
-    )
-
-
-def _generic_loop(
-    plan: Plan, order: list[int], t: list[float], start: list[float], dur: list[float], p2p: float
-) -> None:
-    """The fast loop for plans where a task waits for more than two slots."""
-    first = set(plan.lo)
-    cols, rank_of = plan.rows[:-2], plan.task_rank.tolist()
-    send0, send1 = plan.rows[-2], plan.rows[-1]
-    pp_free = [0.0] * plan.pp
-    for i in order:
-        s = 0.0 if i in first else t[i - 1]
-        for col in cols:
-            x = t[col[i]]
-            if x > s:
-                s = x
-        start[i] = s
-        e = s + dur[i]
-        t[i] = e
-        r = rank_of[i]
-        f = pp_free[r]
-        for k in (send0[i], send1[i]):
-            if k:
-                if f < e:
-                    f = e
-                f += p2p
-                t[k] = f
-        pp_free[r] = f
 
 
 def _sweep(plan: Plan, t: list[float], start: list[float], dur: list[float], p2p: float) -> list[int]:

@@ -86,6 +86,47 @@ class Plan:
         """The time slots `task` waits for besides the previous task on its rank."""
         return [col[task] for col in self.rows[:-2] if col[task]]
 
+    @cached_property
+    def order(self) -> np.ndarray | None:
+        """A topological order of the tasks from their static positions, or None (the engine then finds
+        one by playing the orders, which also names a deadlock)."""
+        return static_order(self)
+
+
+STATIC_ORDER_ROUNDS = 64
+
+
+def static_order(plan: Plan) -> np.ndarray | None:
+    """Tasks sorted by a priority that every dependency increases: start from the position in the rank's
+    order times (pp + 1), plus the rank for forwards and pp - 1 - rank for backwards (their inputs come
+    from the rank below, resp. above, at the same position in the 1F1B family), then raise the priority of
+    every task that does not exceed its cross-rank inputs, and of the tasks after it on its rank, until
+    none is left (none to raise in the 1F1B family; a few rounds for the V and dual schedules)."""
+    n, pp = plan.n_tasks, plan.pp
+    lo = np.array(plan.lo, dtype=np.int64)
+    first = np.repeat(np.concatenate(([0], lo)), np.diff(np.concatenate(([0], lo, [n + 1]))))
+    position = np.arange(n + 1) - first
+    rank = plan.task_rank
+    forward = plan.action_kind[plan.first_action[:-1]] == F
+    priority = position * (pp + 1) + np.where(forward, rank, pp - 1 - rank)
+    slots = plan.dep_slots
+    is_send = (slots >= plan.send_base) & (slots < plan.release_base)
+    consumer = np.nonzero(is_send)[0]
+    producer = plan.send_producer[slots[is_send] - plan.send_base]
+    segment = np.concatenate(([0], rank[1:] + 1))  # the dummy task 0 apart
+    shift = np.arange(n + 1)
+    for _ in range(STATIC_ORDER_ROUNDS):
+        need = priority[producer] + 1
+        low = need > priority[consumer]
+        if not low.any():
+            return np.argsort(priority[1:], kind="stable") + 1
+        np.maximum.at(priority, consumer[low], need[low])
+        # within a rank the priority must grow by at least 1 a task: p_i = i + running max of (p_j - j),
+        # each rank's values lifted above the previous rank's so that the running maximum stays in it
+        separate = segment * (int(priority.max()) + n + 2)
+        priority = np.maximum.accumulate(priority - shift + separate) - separate + shift
+    return None
+
 
 def _neighbour_tables(schedule: str, pp: int, vpp: int, n_chunks: int) -> tuple[np.ndarray, np.ndarray]:
     """[rank, chunk] -> rank*n_chunks+chunk of the stage before / after it on its path (-1 at the ends)."""

@@ -15,7 +15,7 @@ def critical_path_waits(plan: Plan, tl: Timeline) -> dict[str, float]:
     all-gather), "fsdp" (FSDP all-gather). Where a rank was busy until the task started, the walk stays on
     that rank, so only waits that lengthened the step count."""
     start, end, slots = tl.start_s, tl.end_s, tl.slots_s
-    deps, producer_of = plan.deps, plan.send_producer
+    cols, producer_of = plan.rows[:-2], plan.send_producer
     send_base, release_base = plan.send_base, plan.release_base
     first_of_rank = set(plan.lo)
     waits = {"pp": 0.0, "dp": 0.0, "fsdp": 0.0}
@@ -30,8 +30,9 @@ def critical_path_waits(plan: Plan, tl: Timeline) -> dict[str, float]:
             continue
         producer = 0
         released = False
-        for slot in deps(task):
-            if slots[slot] >= s:
+        for col in cols:
+            slot = col[task]
+            if slot and slots[slot] >= s:
                 if slot < release_base:
                     producer = int(producer_of[slot - send_base])
                 else:

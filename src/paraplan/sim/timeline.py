@@ -16,6 +16,7 @@ DP stream of a rank, in FIFO order (the order the jobs are issued in):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from paraplan.sim.result import Event
@@ -27,7 +28,7 @@ class Timeline:
     end_s: list[float]  # [1 + n] per task
     slots_s: list[float]  # every time slot of the plan (task ends, send arrivals, releases)
     rank_done_s: list[float]  # per rank: last backward and gradient reduction both done
-    gates: dict[int, tuple[float, str]] = field(default_factory=dict)
+    gates: Mapping[int, tuple[float, str]] = field(default_factory=dict)
     """Task -> (time a DP-stream job let it start, kind "fsdp" or "dp"), besides release slots."""
     events: list[Event] = field(default_factory=list)
     tail_kind: list[str] = field(default_factory=list)

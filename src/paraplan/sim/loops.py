@@ -1,0 +1,215 @@
+"""The fast path's loops: every task of a plan once, in a topological order, with flat int lists.
+
+`LoopRows` holds what a plan's loops read, in that order (built once per plan, kept in its memo); the
+loops take the per-call durations. `static_loop` is the hot one (no FSDP, at most two dependency slots a
+task); `full_loop` also plays the DP stream inline (FSDP gathers and reduce-scatters, gradient buckets) and
+takes up to three dependency slots (F&B pairs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.sim.costs import PipelineCosts
+from paraplan.sim.plan import Plan
+from paraplan.sim.tables import DurationTables
+from paraplan.sim.timeline import Timeline, bucket_delay_s
+
+MAX_DEPS = 3  # a pair's two cross-rank inputs and a release slot
+
+
+@dataclass(frozen=True, slots=True)
+class LoopRows:
+    """Per task in topological order: id, previous task on its rank (0 = none), dependency slots (three
+    columns, 0 = none), rank, send slots, cost key, and the cost key of the next task on its rank (the
+    extra key `n_keys` after the last)."""
+
+    tasks: list[int]
+    prevs: list[int]
+    deps: tuple[list[int], list[int], list[int]]
+    ranks: list[int]
+    send0: list[int]
+    send1: list[int]
+    keys: np.ndarray
+    next_keys: np.ndarray
+    position: np.ndarray  # [1 + n]: where each task stands in the order
+
+
+def loop_rows(plan: Plan, order: np.ndarray) -> LoopRows:
+    if plan.max_deps > MAX_DEPS:
+        raise ValueError(f"a task waits for {plan.max_deps} slots; the loops take {MAX_DEPS}")
+    n = plan.n_tasks
+    first = np.zeros(n + 2, dtype=bool)
+    first[list(plan.lo)] = True
+    last = np.zeros(n + 1, dtype=bool)
+    last[[h - 1 for h in plan.hi]] = True
+    deps = np.zeros((n + 1, MAX_DEPS), dtype=np.int64)
+    deps[:, : plan.max_deps] = plan.dep_slots
+    next_keys = np.append(plan.cost_key[1:], plan.n_keys)
+    next_keys[last] = plan.n_keys
+    position = np.zeros(n + 1, dtype=np.int64)
+    position[order] = np.arange(n)
+    d = deps[order]
+    sends = plan.send_slots[order]
+    return LoopRows(
+        tasks=order.tolist(),
+        prevs=np.where(first[order], 0, order - 1).tolist(),
+        deps=(d[:, 0].tolist(), d[:, 1].tolist(), d[:, 2].tolist()),
+        ranks=plan.task_rank[order].tolist(),
+        send0=sends[:, 0].tolist(),
+        send1=sends[:, 1].tolist(),
+        keys=plan.cost_key[order],
+        next_keys=next_keys[order],
+        position=position,
+    )
+
+
+def static_loop(rows: LoopRows, durs: list[float], t: list[float], start: list[float], p2p: float, pp: int) -> None:
+    """start = max(previous task on the rank, two inputs); sends leave in FIFO order on the rank's pp stream."""
+    pp_free = [0.0] * pp
+    dep0, dep1 = rows.deps[0], rows.deps[1]
+    for i, p, a, b, d, r, k0, k1 in zip(
+        rows.tasks, rows.prevs, dep0, dep1, durs, rows.ranks, rows.send0, rows.send1, strict=True
+    ):
+        s = t[p]
+        x = t[a]
+        if x > s:
+            s = x
+        x = t[b]
+        if x > s:
+            s = x
+        start[i] = s
+        e = s + d
+        t[i] = e
+        if k0:
+            f = pp_free[r]
+            if f < e:
+                f = e
+            f += p2p
+            t[k0] = f
+            if k1:
+                f += p2p
+                t[k1] = f
+            pp_free[r] = f
+
+
+def full_loop(
+    plan: Plan,
+    rows: LoopRows,
+    costs: PipelineCosts,
+    tables: DurationTables,
+    durs: list[float],
+    t: list[float],
+    start: list[float],
+    dp_free: list[float],
+) -> Timeline:
+    """The loop with the DP stream played inline: the FSDP gather for task i+1 is issued when task i starts,
+    then the gradient buckets of task i, then its reduce-scatter when it ends (the issue order of
+    `paraplan.sim.timeline`)."""
+    n, pp = plan.n_tasks, plan.pp
+    buckets = costs.dp_buckets_per_chunk
+    gathers = tables.fsdp_gather_s
+    gather_next = np.append(gathers, 0.0)[rows.next_keys].tolist()
+    scatters = tables.fsdp_scatter_s[rows.keys].tolist()
+    reduce_share = [0.0] * n  # gradient bucket size of the chunk whose last weight gradient a task makes
+    if costs.overlap_grad_reduce:
+        for rank in range(pp):
+            for c, task in enumerate(plan.last_weight[rank]):
+                if task and costs.chunks[rank][c].dp_grad_reduce_s > 0:
+                    reduce_share[rows.position[task]] = costs.chunks[rank][c].dp_grad_reduce_s / buckets
+    dp = list(dp_free)
+    gate = [0.0] * (n + 2)
+    for rank in range(pp):  # the first task's gather is issued at the start of the step
+        head = plan.lo[rank]
+        head_gather = float(gathers[plan.cost_key[head]]) if head < plan.hi[rank] else 0.0
+        if head_gather > 0:
+            dp[rank] += head_gather
+            gate[head] = dp[rank]
+    grads_done = [0.0] * pp
+    scatters_done = [0.0] * pp
+    pp_free = [0.0] * pp
+    p2p = costs.p2p_s
+    dep0, dep1, dep2 = rows.deps
+    for i, p, a, b, c, d, r, k0, k1, g, sc, share in zip(
+        rows.tasks, rows.prevs, dep0, dep1, dep2, durs, rows.ranks, rows.send0, rows.send1, gather_next, scatters,
+        reduce_share, strict=True,
+    ):  # fmt: skip
+        s = t[p]
+        x = t[a]
+        if x > s:
+            s = x
+        x = t[b]
+        if x > s:
+            s = x
+        x = t[c]
+        if x > s:
+            s = x
+        x = gate[i]
+        if x > s:
+            s = x
+        start[i] = s
+        if g > 0:  # prefetch the next task's parameters
+            f = dp[r] if dp[r] > s else s
+            f += g
+            dp[r] = gate[i + 1] = f
+        e = s + d
+        t[i] = e
+        if k0:
+            f = pp_free[r]
+            if f < e:
+                f = e
+            f += p2p
+            t[k0] = f
+            if k1:
+                f += p2p
+                t[k1] = f
+            pp_free[r] = f
+        if share:
+            for bucket in range(buckets):
+                ready = s + bucket_delay_s(d, bucket, buckets)
+                dp[r] = (dp[r] if dp[r] > ready else ready) + share
+            grads_done[r] = dp[r]
+        if sc > 0:
+            dp[r] = (dp[r] if dp[r] > e else e) + sc
+            scatters_done[r] = dp[r]
+    end = t[: n + 1]
+    end[0] = 0.0
+    rank_done, tail_kind = [], []
+    for rank in range(pp):
+        lo, hi = plan.lo[rank], plan.hi[rank]
+        last = end[hi - 1] if hi > lo else 0.0
+        grads = max(last, grads_done[rank])
+        if not costs.overlap_grad_reduce:
+            at = dp[rank]
+            for _, c in sorted((task, c) for c, task in enumerate(plan.last_weight[rank]) if task):
+                reduce_s = costs.chunks[rank][c].dp_grad_reduce_s
+                if reduce_s > 0:
+                    at = (at if at > last else last) + reduce_s
+                    grads = at
+        scatter = max(last, scatters_done[rank])
+        rank_done.append(max(grads, scatter))
+        tail_kind.append("fsdp" if scatter > grads else "dp")
+    gates = FsdpGates(gate, gathers[plan.cost_key] > 0)
+    return Timeline(start, end, t, rank_done, gates, tail_kind=tail_kind)
+
+
+class FsdpGates(Mapping[int, tuple[float, str]]):
+    """Task -> (when the FSDP gather it waits for arrives, "fsdp"), read off the loop's gate list."""
+
+    def __init__(self, gate: list[float], gated: np.ndarray) -> None:
+        self._gate = gate
+        self._gated = gated  # [1 + n]: the task's parameters are gathered (index 0 unused)
+
+    def __getitem__(self, task: int) -> tuple[float, str]:
+        if 0 < task < len(self._gated) and self._gated[task]:
+            return self._gate[task], "fsdp"
+        raise KeyError(task)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter((np.flatnonzero(self._gated[1:]) + 1).tolist())
+
+    def __len__(self) -> int:
+        return int(self._gated[1:].sum())
