@@ -183,3 +183,15 @@ def test_fit_command_bad_input(tmp_path: Path, cli_app, setup: str, message: str
 def test_fit_command_missing_output_folder(tmp_path: Path, cli_app) -> None:
     result = CliRunner().invoke(cli_app, ["fit", "--samples", str(tmp_path), "--out", str(tmp_path / "no" / "p.json")])
     assert result.exit_code == 2 and "output folder does not exist" in result.stderr
+
+
+def test_replicate_mape_is_the_spread_of_repeated_features() -> None:
+    from paraplan.measure.fit import replicate_mape
+
+    features = np.array([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [3.0, 4.0]])
+    time_us = np.array([100.0, 110.0, 90.0, 7.0])
+    floor, rows = replicate_mape(features, time_us)
+    # leave one out: median(110, 90) = 100 vs 100; median(100, 90) = 95 vs 110; median(100, 110) = 105 vs 90
+    assert rows == 3
+    assert floor == pytest.approx((0.0 + 15 / 110 + 15 / 90) / 3)
+    assert replicate_mape(features[2:], time_us[2:]) == (None, 0)

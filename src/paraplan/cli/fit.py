@@ -45,7 +45,7 @@ def fit_command(
         raise fail(str(exc)) from None
 
     table = Table(title=f"CV MAPE per regressor: {result.profile.gpu} ({result.profile.precision})")
-    for column in ("regressor", "chosen", "CV MAPE", "gbm/forest/phys", "n", "dropped"):
+    for column in ("regressor", "chosen", "CV MAPE", "gbm/forest/phys", "repeat floor", "n", "dropped"):
         table.add_column(column, justify="left" if column in ("regressor", "chosen") else "right")
     for report in result.regressors:
         by_family = "/".join(_percent(report.cv_mape_by_family.get(f)) for f in ("gbm", "forest", "physical"))
@@ -55,10 +55,16 @@ def fit_command(
             chosen,
             _percent(report.cv_mape),
             by_family if report.cv_mape_by_family else "-",
+            f"{_percent(report.replicate_mape)} ({report.replicate_rows})" if report.replicate_rows else "-",
             str(report.n_samples),
             str(report.n_dropped),
         )
     console.print(table)
+    console.print(
+        "repeat floor: over the rows whose features repeat (count in brackets), the error of the median of their "
+        "repeats; no regressor of these features can do better on them on average",
+        style="dim",
+    )
     for report in result.regressors:
         if not report.shipped:
             console.print(f"not shipped: {report.name}: {report.reason}", style="yellow", highlight=False)

@@ -91,6 +91,8 @@ class RegressorReport:
     cv_mape: float | None = None
     cv_mape_by_family: dict[str, float] = field(default_factory=dict)
     cv_mape_by_source: dict[str, float] = field(default_factory=dict)
+    replicate_mape: float | None = None  # the data's own floor: see `replicate_mape`
+    replicate_rows: int = 0
     shipped: bool = False
     reason: str = ""
 
@@ -101,6 +103,23 @@ class FitResult:
     regressors: list[RegressorReport]
     columns: list[ColumnReport]
     skipped: list[tuple[str, str]]  # (file label, reason)
+
+
+def replicate_mape(features: np.ndarray, time_us: np.ndarray) -> tuple[float | None, int]:
+    """How well the samples predict themselves: over rows whose features repeat exactly, the mean relative
+    error of the median of the other rows with the same features (leave one out), and how many rows that is.
+    No regressor of these features can beat it on average over those rows: it is the measurements' own
+    run-to-run spread. (None, 0) when no features repeat."""
+    groups: dict[tuple[float, ...], list[float]] = {}
+    for row, t in zip(np.round(features, 6).tolist(), time_us.tolist(), strict=True):
+        groups.setdefault(tuple(row), []).append(t)
+    errors = [
+        abs(float(np.median(times[:i] + times[i + 1 :])) / t - 1.0)
+        for times in groups.values()
+        if len(times) > 1
+        for i, t in enumerate(times)
+    ]
+    return (float(np.mean(errors)), len(errors)) if errors else (None, 0)
 
 
 # ---- model families ---------------------------------------------------------------------------------
@@ -307,12 +326,15 @@ def fit_regressor(
         best_score, best, best_prediction = min(physical, key=lambda s: s[0])
     errors = _mape(best_prediction, time_us)
     by_source = {s: float(errors[source_array == s].mean()) for s in sorted(set(source_array.tolist()))}
+    floor, floor_rows = replicate_mape(features, time_us)
     report = RegressorReport(
         **base,
         family=best.family,
         cv_mape=best_score,
         cv_mape_by_family={k: round(v, 5) for k, v in by_family.items()},
         cv_mape_by_source=by_source if len(by_source) > 1 else {},
+        replicate_mape=floor,
+        replicate_rows=floor_rows,
     )
     if best_score > MAX_CV_MAPE:
         return None, replace(report, reason=f"CV MAPE {best_score:.0%} above {MAX_CV_MAPE:.0%}")
@@ -324,6 +346,7 @@ def fit_regressor(
         model=best.label,
         cv_mape_by_family=report.cv_mape_by_family,
         **({"cv_mape_by_source": {k: round(v, 5) for k, v in by_source.items()}} if len(by_source) > 1 else {}),
+        **({"replicate_mape": round(floor, 5), "replicate_rows": floor_rows} if floor is not None else {}),
     )
     regressor = Regressor(
         name=name,
