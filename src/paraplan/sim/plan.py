@@ -142,29 +142,36 @@ def _neighbour_tables(schedule: str, pp: int, vpp: int, n_chunks: int) -> tuple[
 
 
 def _live_after_forwards(
-    kind: np.ndarray, chunk: np.ndarray, offset: np.ndarray, lengths: np.ndarray, n_chunks: int, m: int
+    kind: np.ndarray, chunk: np.ndarray, offset: np.ndarray, lengths: np.ndarray, n_chunks: int
 ) -> list[np.ndarray]:
     """Per rank: the distinct live (chunk, micro-batch) count vectors right after each F, and the empty one.
 
-    A chunk holds at most m live micro-batches, so a vector packs into one integer in base m + 1 when that
-    fits; each action then moves the packed count by one digit and a cumulative sum gives them all (a
-    rank's activations are all freed by its end, so every rank starts from zero)."""
-    is_f = kind == F
-    frees = (kind == W) | (kind == BW)
-    base = m + 1
-    spans = list(zip(offset.tolist(), (offset + lengths).tolist(), strict=True))
-    if base**n_chunks < 2**62:
-        digit = base ** (n_chunks - 1 - chunk)
-        packed = np.cumsum(np.where(is_f, digit, np.where(frees, -digit, 0)))
-        weights = base ** np.arange(n_chunks - 1, -1, -1, dtype=np.int64)
-        codes = [np.unique(np.append(packed[a:b][is_f[a:b]], 0)) for a, b in spans]
-        return [(c[:, None] // weights) % base for c in codes]
-    delta = np.zeros((n_chunks, len(kind)), dtype=np.int64)
-    delta[chunk[is_f], np.flatnonzero(is_f)] = 1
-    delta[chunk[frees], np.flatnonzero(frees)] = -1
-    live = np.cumsum(delta, axis=1)
-    zero = np.zeros((1, n_chunks), dtype=np.int64)
-    return [np.unique(np.vstack((live[:, a:b][:, is_f[a:b]].T, zero)), axis=0) for a, b in spans]
+    Each action moves one chunk's count by one, so the vectors pack into integers (mixed radix: a digit per
+    chunk, its base one more than the chunk's most live micro-batches; as few int64 words as hold them) and
+    cumulative sums give them all. A rank's activations are all freed by its end, so every rank (and every
+    rank's chunk) starts from zero."""
+    pp = len(lengths)
+    step = np.where(kind == F, 1, np.where((kind == W) | (kind == BW), -1, 0))
+    by_chunk = np.argsort(chunk * pp + np.repeat(np.arange(pp), lengths), kind="stable")
+    chunk_starts = np.searchsorted(chunk[by_chunk], np.arange(n_chunks))
+    bases = (np.maximum.reduceat(np.cumsum(step[by_chunk]), chunk_starts) + 1).tolist()
+    word_of, weight, words, product = [], [], 0, 2**63
+    for base in bases:
+        if product * base > 2**62:  # start a new word
+            words, product = words + 1, 1
+        word_of.append(words - 1)
+        weight.append(product)
+        product *= base
+    word_of_a, weight_a = np.array(word_of), np.array(weight, dtype=np.int64)
+    contribution = step * weight_a[chunk]
+    packed = np.stack([np.cumsum(np.where(word_of_a[chunk] == w, contribution, 0)) for w in range(words)], axis=1)
+    is_f = step == 1
+    out = []
+    for a, b in zip(offset.tolist(), (offset + lengths).tolist(), strict=True):
+        rows = np.vstack((packed[a:b][is_f[a:b]], np.zeros((1, words), dtype=np.int64)))
+        rows = np.unique(rows[:, 0])[:, None] if words == 1 else np.unique(rows, axis=0)
+        out.append((rows[:, word_of_a] // weight_a) % np.array(bases))
+    return out
 
 
 def _peak_candidates(v: np.ndarray) -> np.ndarray:
@@ -382,7 +389,7 @@ def _build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired:
 
     # 5. activations alive: from a chunk's F until its last backward pass (W or BW) ends; within a task the
     # allocations come first, so the live counts right after each F are the candidates for the peak
-    inflight_vectors = [_peak_candidates(v) for v in _live_after_forwards(kind, chunk, offset, lengths, n_chunks, m)]
+    inflight_vectors = [_peak_candidates(v) for v in _live_after_forwards(kind, chunk, offset, lengths, n_chunks)]
     peak_chunks = [int(v.sum(axis=1).max()) for v in inflight_vectors]
 
     forwards = np.bincount(stage[f_idx], minlength=pp * n_chunks).reshape(pp, n_chunks)
