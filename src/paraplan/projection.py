@@ -7,7 +7,7 @@ are cached, so the tuner never recomputes a repeated sub-problem.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from paraplan.cost.block import MATMUL_KINDS, BlockContext, BlockCost, MeasuredBlock, block_cost, with_measured_compute
@@ -105,16 +105,123 @@ class ProjectionOptions:
     at the target's shard shapes; communication, the schedule and everything else stay modelled."""
 
 
-def _layer_recompute(train: TrainingSpec, index_in_chunk: int) -> str:
-    mode = train.recompute_granularity
-    if mode == "full" and train.recompute_num_layers is not None and index_in_chunk >= train.recompute_num_layers:
-        return "none"
-    return mode
-
-
 def _add(into: dict[str, float], other: dict[str, float], times: float = 1.0) -> None:
     for k, v in other.items():
         into[k] = into.get(k, 0.0) + v * times
+
+
+Parts = tuple[tuple[str, str, int], ...]
+"""(block kind, recompute mode, count) of one model stage."""
+
+
+@lru_cache(maxsize=4096)
+def _stage_parts(
+    model: ModelSpec,
+    first_layer: int,
+    num_layers: int,
+    has_embedding: bool,
+    has_head: bool,
+    mode: str,
+    recompute_layers: int | None,
+) -> Parts:
+    """The blocks of one model stage, layers first in order of appearance."""
+    layer_counts: dict[tuple[str, str], int] = {}
+    for i in range(num_layers):
+        recompute = "none" if mode == "full" and recompute_layers is not None and i >= recompute_layers else mode
+        key = ("moe" if model.is_moe_layer(first_layer + i) else "dense", recompute)
+        layer_counts[key] = layer_counts.get(key, 0) + 1
+    parts = [(kind, m, n) for (kind, m), n in layer_counts.items()]
+    if has_embedding:
+        parts.append(("embedding", "none", 1))
+    if has_head:
+        parts.append(("head", "none", 1))
+        if model.mtp_num_layers:
+            parts.append(("mtp", "none", model.mtp_num_layers))
+    return tuple(parts)
+
+
+@dataclass(slots=True)
+class _StageSums:
+    """One micro-batch through one model stage: its blocks' costs added up."""
+
+    num_layers: int = 0
+    f: float = 0.0
+    b: float = 0.0
+    w: float = 0.0
+    recompute: float = 0.0
+    saved: float = 0.0
+    comm_total: dict[str, float] = field(default_factory=dict)
+    comm_exposed: dict[str, float] = field(default_factory=dict)
+    dense_params: float = 0.0
+    expert_params: float = 0.0
+    flops: float = 0.0
+    recompute_flops: float = 0.0
+    profiled: float = 0.0
+    host: float = 0.0
+    measured: float = 0.0
+    max_layer_params: float = 0.0
+    max_full_saved: float = 0.0
+
+
+def _stage_sums(parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple, opts: ProjectionOptions) -> _StageSums:
+    total = _StageSums()
+    has_head = any(kind == "head" for kind, _, _ in parts)
+    for kind, mode, count in parts:
+        cost = _cached_block(kind, model, shard, mode, ctx_key)
+        if kind == "embedding" and model.tied_embeddings and has_head:
+            cost = replace(cost, dense_params=0)  # one shared table when embedding and head share a rank
+        if opts.measured_blocks and kind in opts.measured_blocks:
+            cost = with_measured_compute(cost, opts.measured_blocks[kind])
+            total.measured += (cost.forward_s + cost.backward_input_s + cost.backward_weight_s) * count
+        total.f += cost.forward_s * count
+        total.b += cost.backward_input_s * count
+        total.w += cost.backward_weight_s * count
+        total.recompute += cost.recompute_s * count
+        total.saved += cost.saved_bytes * count
+        _add(total.comm_total, cost.comm_total_s, count)
+        _add(total.comm_exposed, cost.comm_exposed_s, count)
+        total.dense_params += cost.dense_params * count
+        total.expert_params += cost.expert_params * count
+        total.flops += cost.forward_flops * count
+        total.recompute_flops += cost.recompute_flops * count
+        total.profiled += cost.profiled_s * count
+        total.host += cost.host_bound_s * count
+        if kind in ("dense", "moe"):
+            total.num_layers += count
+            total.max_layer_params = max(total.max_layer_params, cost.dense_params + cost.expert_params)
+            if mode == "full":
+                total.max_full_saved = max(total.max_full_saved, cost.full_saved_bytes)
+    return total
+
+
+def _chunk_cost(
+    total: _StageSums,
+    train: TrainingSpec,
+    system: SystemSpec,
+    cal: Calibration,
+    groups: dict[CommAxis, GroupPlacement],
+    chunks: int,
+) -> tuple[ChunkCost, ChunkExtras, float, float]:
+    """(what the simulator needs, what the breakdown reports, dense and expert parameters) of one stage."""
+    units = max(1, total.num_layers) * (FSDP_TENSORS_PER_LAYER.get(train.framework, 1))
+    dp_grad, dp_gather, fsdp_gather, fsdp_rs = _dp_times(
+        total.dense_params, total.expert_params, train, system, cal, groups, units
+    )
+    chunk = ChunkCost(
+        forward_s=total.f + cal.microbatch_overhead_s / chunks,
+        backward_input_s=total.b,
+        backward_weight_s=total.w,
+        comm_total_s=total.comm_total,
+        comm_exposed_s=total.comm_exposed,
+        activation_bytes=total.saved,
+        dp_grad_reduce_s=dp_grad,
+        dp_param_gather_s=dp_gather,
+        fsdp_gather_s=fsdp_gather,
+        fsdp_reduce_scatter_s=fsdp_rs,
+        recompute_s=total.recompute,
+    )
+    extra = ChunkExtras(host_bound_s=total.host, profiled_s=total.profiled, measured_s=total.measured)
+    return chunk, extra, total.dense_params, total.expert_params
 
 
 def project_specs(
@@ -131,73 +238,26 @@ def project_specs(
     holder = chunk_model_stage(train.pipeline_schedule, train.pp, train.vpp)
     layer_input_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
 
-    stage_costs: list[tuple[ChunkCost, ChunkExtras, float, float]] = []
-    dp_memo: dict[tuple[float, float, int], tuple[float, float, float, float]] = {}
+    sums: dict[Parts, _StageSums] = {}  # stages with the same layers cost the same
+    stage_parts = []
     max_layer_params = 0.0
     max_full_saved = 0.0
     flops_model = flops_hw = 0.0
+    mode, recompute_layers = train.recompute_granularity, train.recompute_num_layers
     for stage in stages:
-        f = b = w = recompute = saved = dense_p = expert_p = 0.0
-        comm_total: dict[str, float] = {}
-        comm_exposed: dict[str, float] = {}
-        stage_flops = stage_recompute_flops = profiled = host = measured_s = 0.0
-        layer_counts: dict[tuple[str, str], int] = {}
-        for i in range(stage.num_layers):
-            key = ("moe" if model.is_moe_layer(stage.first_layer + i) else "dense", _layer_recompute(train, i))
-            layer_counts[key] = layer_counts.get(key, 0) + 1
-        parts: list[tuple[str, str, int]] = [(kind, mode, n) for (kind, mode), n in layer_counts.items()]
-        if stage.has_embedding:
-            parts.append(("embedding", "none", 1))
-        if stage.has_head:
-            parts.append(("head", "none", 1))
-            if model.mtp_num_layers:
-                parts.append(("mtp", "none", model.mtp_num_layers))
-        for kind, mode, count in parts:
-            cost = _cached_block(kind, model, shard, mode, ctx_key)
-            if kind == "embedding" and model.tied_embeddings and stage.has_head:
-                cost = replace(cost, dense_params=0)  # one shared table when embedding and head share a rank
-            if options.measured_blocks and kind in options.measured_blocks:
-                cost = with_measured_compute(cost, options.measured_blocks[kind])
-                measured_s += (cost.forward_s + cost.backward_input_s + cost.backward_weight_s) * count
-            f += cost.forward_s * count
-            b += cost.backward_input_s * count
-            w += cost.backward_weight_s * count
-            recompute += cost.recompute_s * count
-            saved += cost.saved_bytes * count
-            _add(comm_total, cost.comm_total_s, count)
-            _add(comm_exposed, cost.comm_exposed_s, count)
-            dense_p += cost.dense_params * count
-            expert_p += cost.expert_params * count
-            stage_flops += cost.forward_flops * count
-            stage_recompute_flops += cost.recompute_flops * count
-            profiled += cost.profiled_s * count
-            host += cost.host_bound_s * count
-            if kind in ("dense", "moe"):
-                max_layer_params = max(max_layer_params, cost.dense_params + cost.expert_params)
-                if mode == "full":
-                    max_full_saved = max(max_full_saved, cost.full_saved_bytes)
-        flops_model += 3 * stage_flops
-        flops_hw += 3 * stage_flops + stage_recompute_flops
-        units = max(1, stage.num_layers) * (FSDP_TENSORS_PER_LAYER.get(train.framework, 1))
-        dp_key = (dense_p, expert_p, units)
-        if dp_key not in dp_memo:
-            dp_memo[dp_key] = _dp_times(dense_p, expert_p, train, system, cal, ctx.groups, units)
-        dp_grad, dp_gather, fsdp_gather, fsdp_rs = dp_memo[dp_key]
-        chunk_cost = ChunkCost(
-            forward_s=f + cal.microbatch_overhead_s / chunks,
-            backward_input_s=b,
-            backward_weight_s=w,
-            comm_total_s=comm_total,
-            comm_exposed_s=comm_exposed,
-            activation_bytes=saved,
-            dp_grad_reduce_s=dp_grad,
-            dp_param_gather_s=dp_gather,
-            fsdp_gather_s=fsdp_gather,
-            fsdp_reduce_scatter_s=fsdp_rs,
-            recompute_s=recompute,
+        parts = _stage_parts(
+            model, stage.first_layer, stage.num_layers, stage.has_embedding, stage.has_head, mode, recompute_layers
         )
-        extra = ChunkExtras(host_bound_s=host, profiled_s=profiled, measured_s=measured_s)
-        stage_costs.append((chunk_cost, extra, dense_p, expert_p))
+        stage_parts.append(parts)
+        total = sums.get(parts)
+        if total is None:
+            total = sums[parts] = _stage_sums(parts, model, shard, ctx_key, options)
+        max_layer_params = max(max_layer_params, total.max_layer_params)
+        max_full_saved = max(max_full_saved, total.max_full_saved)
+        flops_model += 3 * total.flops
+        flops_hw += 3 * total.flops + total.recompute_flops
+    chunk_costs = {parts: _chunk_cost(total, train, system, cal, ctx.groups, chunks) for parts, total in sums.items()}
+    stage_costs = [chunk_costs[parts] for parts in stage_parts]
     # rank r, local chunk c holds model stage holder[r][c] (DualPipe's second chunk is a copy)
     grid = tuple(tuple(stage_costs[index][0] for index in row) for row in holder)
     extras = tuple(tuple(stage_costs[index][1] for index in row) for row in holder)

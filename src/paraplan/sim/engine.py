@@ -27,7 +27,7 @@ from paraplan.sim.result import SimResult
 from paraplan.sim.schedules import chunks_per_rank, validate_schedule
 from paraplan.sim.summary import summarize
 from paraplan.sim.tables import DurationTables, build_tables
-from paraplan.sim.timeline import Timeline, bucket_delay_s, param_lead_s
+from paraplan.sim.timeline import Timeline, bucket_delays_s, param_lead_s
 
 
 def check_costs(costs: PipelineCosts) -> list[str]:
@@ -148,8 +148,8 @@ def _grad_reduction(
             if reduce_s <= 0:
                 continue
             if costs.overlap_grad_reduce:
-                for bucket in range(buckets):
-                    ready = start[task] + bucket_delay_s(float(dur[task]), bucket, buckets)
+                for delay in bucket_delays_s(float(dur[task]), buckets):
+                    ready = start[task] + delay
                     at = (at if at > ready else ready) + reduce_s / buckets
             else:
                 at = (at if at > last else last) + reduce_s

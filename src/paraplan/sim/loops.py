@@ -16,7 +16,7 @@ import numpy as np
 from paraplan.sim.costs import PipelineCosts
 from paraplan.sim.plan import Plan
 from paraplan.sim.tables import DurationTables
-from paraplan.sim.timeline import Timeline, bucket_delay_s
+from paraplan.sim.timeline import Timeline, bucket_delays_s
 
 MAX_DEPS = 3  # a pair's two cross-rank inputs and a release slot
 
@@ -168,8 +168,8 @@ def full_loop(
                 t[k1] = f
             pp_free[r] = f
         if share:
-            for bucket in range(buckets):
-                ready = s + bucket_delay_s(d, bucket, buckets)
+            for delay in bucket_delays_s(d, buckets):
+                ready = s + delay
                 dp[r] = (dp[r] if dp[r] > ready else ready) + share
             grads_done[r] = dp[r]
         if sc > 0:

@@ -12,7 +12,7 @@ from paraplan.sim.plan import Plan
 from paraplan.sim.result import Event
 from paraplan.sim.schedules import BW, W
 from paraplan.sim.tables import DurationTables
-from paraplan.sim.timeline import Timeline, bucket_delay_s, param_lead_s
+from paraplan.sim.timeline import Timeline, bucket_delays_s, param_lead_s
 
 COMPUTE, PP, DP = 0, 1, 2
 
@@ -84,9 +84,9 @@ def replay(plan: Plan, costs: PipelineCosts, tables: DurationTables, *, record: 
                 for kind, c, _ in actions[t]:
                     reduce_s = row[c].dp_grad_reduce_s
                     if kind in (W, BW) and plan.last_weight[rank][c] == t and reduce_s > 0:
-                        for b in range(buckets):
+                        for delay in bucket_delays_s(dur[t], buckets):
                             bj = add(rank, DP, reduce_s / buckets, "grad reduce bucket", chunk=c)
-                            eng.after(bj, job[t], at_start=True, delay_s=bucket_delay_s(dur[t], b, buckets))
+                            eng.after(bj, job[t], at_start=True, delay_s=delay)
                             grad_jobs[rank].append(bj)
             if scatters[t] > 0:
                 rj = add(rank, DP, scatters[t], "fsdp reduce-scatter", actions[t][-1][2], actions[t][-1][1])

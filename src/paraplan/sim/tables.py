@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.sim.costs import ChunkCost, PipelineCosts
+from paraplan.sim.costs import PipelineCosts
 from paraplan.sim.plan import N_KINDS, Plan
-from paraplan.sim.schedules import BW, B, F, W
+from paraplan.sim.schedules import BW, B, F
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,62 +33,83 @@ class DurationTables:
     fsdp_scatter_s: np.ndarray  # FSDP reduce-scatter of the gradients the task makes (W, BW)
 
 
-def _kind_time(chunk: ChunkCost, kind: int) -> float:
-    if kind == F:
-        return chunk.forward_s
-    if kind == B:
-        return chunk.backward_input_s
-    if kind == W:
-        return chunk.backward_weight_s
-    return chunk.backward_input_s + chunk.backward_weight_s
-
-
 def build_tables(plan: Plan, costs: PipelineCosts) -> DurationTables:
+    """The tables by cost key: a [stage, kind] grid (stage = rank * n_chunks + chunk), then the pairs."""
+    flat = [c for row in costs.chunks for c in row]
+    n_base = len(flat) * N_KINDS
     n_keys = plan.n_keys
-    dur = np.zeros(n_keys)
-    fwd = np.zeros(n_keys)
-    bwd = np.zeros(n_keys)
-    rec = np.zeros(n_keys)
-    kinds = costs.intra_kinds()
-    exposed = {k: np.zeros(n_keys) for k in kinds}
-    hidden = {k: np.zeros(n_keys) for k in kinds}
-    gather = np.zeros(n_keys)
-    scatter = np.zeros(n_keys)
-    for rank, row in enumerate(costs.chunks):
-        for chunk_index, chunk in enumerate(row):
-            with_comm = chunk.forward_s + chunk.backward_input_s  # W (weight gradients) communicates nothing
-            for kind in range(N_KINDS):
-                key = plan.base_key(rank, chunk_index, kind)
-                d = _kind_time(chunk, kind)
-                comm_part = chunk.forward_s if kind == F else 0.0 if kind == W else chunk.backward_input_s
-                share = comm_part / with_comm if with_comm > 0 else 0.0
-                dur[key] = d
-                gather[key] = chunk.fsdp_gather_s if kind != W else 0.0
-                scatter[key] = chunk.fsdp_reduce_scatter_s if kind in (W, BW) else 0.0
-                comm_in = 0.0
-                for k in kinds:
-                    e = chunk.comm_exposed_s.get(k, 0.0) * share
-                    exposed[k][key] = e
-                    hidden[k][key] = max(0.0, chunk.comm_total_s.get(k, 0.0) * share - e)
-                    comm_in += e
-                if kind == F:
-                    fwd[key] = d - comm_in
-                else:
-                    rec[key] = chunk.recompute_s if kind in (B, BW) else 0.0
-                    bwd[key] = d - comm_in - rec[key]
-    for index, (rank, chunk_f, kind_b, chunk_b) in enumerate(plan.pair_keys):
-        key = plan.pp * plan.n_chunks * N_KINDS + index
-        kf = plan.base_key(rank, chunk_f, F)
-        kb = plan.base_key(rank, chunk_b, kind_b)
-        ep = exposed["ep"][kf] + exposed["ep"][kb]
-        compute = dur[kf] + dur[kb] - ep
-        overlapped = min(compute, ep)  # EP all-to-all of one hidden behind the other's compute
-        dur[key] = dur[kf] + dur[kb] - overlapped
-        fwd[key], bwd[key], rec[key] = fwd[kf], bwd[kb], rec[kb]
-        gather[key], scatter[key] = gather[kf] + gather[kb], scatter[kf] + scatter[kb]
-        for k in kinds:
-            exposed[k][key] = exposed[k][kf] + exposed[k][kb]
-            hidden[k][key] = hidden[k][kf] + hidden[k][kb]
-        exposed["ep"][key] -= overlapped
-        hidden["ep"][key] += overlapped
+
+    def column(values: list[float]) -> np.ndarray:
+        return np.array(values, dtype=np.float64)
+
+    f = column([c.forward_s for c in flat])
+    b = column([c.backward_input_s for c in flat])
+    w = column([c.backward_weight_s for c in flat])
+    zero = np.zeros(len(flat))
+    with_comm = f + b  # W (weight gradients) communicates nothing
+    comm_share = np.zeros((len(flat), N_KINDS))  # the part of a chunk's communication inside each kind
+    busy = with_comm > 0
+    np.divide(f, with_comm, out=comm_share[:, F], where=busy)
+    np.divide(b, with_comm, out=comm_share[:, B], where=busy)
+    comm_share[:, BW] = comm_share[:, B]
+
+    def grid(by_kind: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        out = np.zeros(n_keys)
+        out[:n_base] = np.stack(by_kind, axis=1).ravel()
+        return out
+
+    dur = grid((f, b, w, b + w))
+    gather_s = column([c.fsdp_gather_s for c in flat])
+    scatter_s = column([c.fsdp_reduce_scatter_s for c in flat])
+    gather = grid((gather_s, gather_s, zero, gather_s))
+    scatter = grid((zero, zero, scatter_s, scatter_s))
+    exposed, hidden = {}, {}
+    comm_in = np.zeros((len(flat), N_KINDS))
+    for k in costs.intra_kinds():
+        e = column([c.comm_exposed_s.get(k, 0.0) for c in flat])[:, None] * comm_share
+        total = column([c.comm_total_s.get(k, 0.0) for c in flat])[:, None] * comm_share
+        exposed[k], hidden[k] = np.zeros(n_keys), np.zeros(n_keys)
+        exposed[k][:n_base] = e.ravel()
+        hidden[k][:n_base] = np.maximum(0.0, total - e).ravel()
+        comm_in += e
+    rec_s = column([c.recompute_s for c in flat])
+    rec = grid((zero, rec_s, zero, rec_s))
+    in_dur = dur[:n_base] - comm_in.ravel()
+    fwd, bwd = np.zeros(n_keys), np.zeros(n_keys)
+    is_f = np.arange(n_base) % N_KINDS == F
+    fwd[:n_base] = np.where(is_f, in_dur, 0.0)
+    bwd[:n_base] = np.where(is_f, 0.0, in_dur - rec[:n_base])
+    _pair_entries(plan, dur, fwd, bwd, rec, gather, scatter, exposed, hidden)
     return DurationTables(dur, fwd, bwd, rec, exposed, hidden, gather, scatter)
+
+
+def _pair_entries(
+    plan: Plan,
+    dur: np.ndarray,
+    fwd: np.ndarray,
+    bwd: np.ndarray,
+    rec: np.ndarray,
+    gather: np.ndarray,
+    scatter: np.ndarray,
+    exposed: dict[str, np.ndarray],
+    hidden: dict[str, np.ndarray],
+) -> None:
+    """The F&B pair keys, after the base keys: both parts at once, the EP all-to-all of each hidden behind
+    the other's compute."""
+    if not plan.pair_keys:
+        return
+    pairs = np.array(plan.pair_keys, dtype=np.int64)
+    key = plan.pp * plan.n_chunks * N_KINDS + np.arange(len(pairs))
+    kf = (pairs[:, 0] * plan.n_chunks + pairs[:, 1]) * N_KINDS + F
+    kb = (pairs[:, 0] * plan.n_chunks + pairs[:, 3]) * N_KINDS + pairs[:, 2]
+    ep = exposed["ep"][kf] + exposed["ep"][kb]
+    compute = dur[kf] + dur[kb] - ep
+    overlapped = np.minimum(compute, ep)
+    dur[key] = dur[kf] + dur[kb] - overlapped
+    fwd[key], bwd[key], rec[key] = fwd[kf], bwd[kb], rec[kb]
+    gather[key], scatter[key] = gather[kf] + gather[kb], scatter[kf] + scatter[kb]
+    for k in exposed:
+        exposed[k][key] = exposed[k][kf] + exposed[k][kb]
+        hidden[k][key] = hidden[k][kf] + hidden[k][kb]
+    exposed["ep"][key] -= overlapped
+    hidden["ep"][key] += overlapped

@@ -40,6 +40,6 @@ def param_lead_s(gather_s: float, forward_s: float, buckets: int) -> float:
     return max(gather_s / buckets, gather_s - (buckets - 1) * forward_s / buckets)
 
 
-def bucket_delay_s(task_s: float, bucket: int, buckets: int) -> float:
-    """When gradient bucket `bucket` of a chunk is ready, after its last weight-gradient task starts."""
-    return (bucket + 1) * task_s / buckets
+def bucket_delays_s(task_s: float, buckets: int) -> list[float]:
+    """When each gradient bucket of a chunk is ready, after its last weight-gradient task starts."""
+    return [(bucket + 1) * task_s / buckets for bucket in range(buckets)]
