@@ -30,6 +30,9 @@ FRAMEWORK_DEFAULTS: dict[str, dict[str, object]] = {
         "overlap_grad_reduce": True,
         "sequence_parallel": False,
         "recompute_granularity": "full",
+        # `--accumulate-allreduce-grads-in-fp32` was off by default (forced on for bf16): fp16 gradients
+        # are all-reduced in fp16 (Megatron-LM arguments.py, 2020-2022)
+        "grad_reduce_in_fp32": "bf16",
     },
     # Megatron-DeepSpeed as run by vTrain (MICRO'24): unfused attention, 1F1B, no gradient bucketing
     # (grad all-reduce after the backward, not overlapped).
@@ -38,6 +41,7 @@ FRAMEWORK_DEFAULTS: dict[str, dict[str, object]] = {
         "overlap_grad_reduce": False,
         "sequence_parallel": False,
         "recompute_granularity": "full",
+        "grad_reduce_in_fp32": "bf16",  # Megatron-DeepSpeed keeps Megatron's flag, off by default (as above)
     },
     # NeMo 24.07 / Megatron-Bridge 25.11 performance recipes (scripts/performance): flash attention (TE),
     # distributed optimizer with overlapped grad reduce-scatter and param all-gather, sequence parallel
@@ -187,6 +191,8 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
             continue
         if value == "tp>1":
             value = tp > 1
+        elif value == "bf16":  # on for bf16 training only
+            value = values["precision"] == "bf16"
         if key == "expert_tensor_parallel_size" and not model.is_moe:
             continue
         values[key] = value
