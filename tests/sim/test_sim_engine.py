@@ -285,3 +285,24 @@ def test_breakdown_names_the_parts() -> None:
     assert parts["dp_grad_reduce_exposed"] == 0.5
     assert sum(parts.values()) == pytest.approx(res.step_time_s)
     assert res.step_time_s == res.pipeline_time_s + 0.5 + 0.75 + 0.25
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [("interleaved", 4, 3, 8, True), ("zb-v", 4, 1, 8, False), ("dualpipe", 4, 1, 8, True), ("1f1b", 3, 1, 5, False)],
+)
+def test_static_and_swept_orders_are_topological(shape: tuple) -> None:
+    """Both orders put every task after the previous one on its rank and after its inputs' producers."""
+    from paraplan.sim.order import static_order, sweep_order
+    from paraplan.sim.plan import build_plan
+
+    plan = build_plan(*shape)
+    for order in (static_order(plan), sweep_order(plan)):
+        assert order is not None and sorted(order.tolist()) == list(range(1, plan.n_tasks + 1))
+        position = {task: k for k, task in enumerate(order.tolist())}
+        for task in range(1, plan.n_tasks + 1):
+            if task not in plan.lo:
+                assert position[task - 1] < position[task]
+            for slot in plan.deps(task):
+                if plan.send_base <= slot < plan.release_base:
+                    assert position[int(plan.send_producer[slot - plan.send_base])] < position[task]

@@ -7,9 +7,7 @@ Two engines compute the same timeline:
 - the fast path below, for the tuner's hot loop. With static per-rank orders, the start of a task is
   max(end of the previous task on its rank, arrival of its inputs, release time): a max-plus recurrence,
   so one pass over the tasks in a topological order gives every time exactly, with flat int lists, no
-  per-event objects and no heap (`paraplan.sim.loops`). The order comes from the plan's static priorities
-  (`Plan.order`); where they do not settle, a sweep finds one (each rank runs its next tasks while their
-  inputs have arrived, and sleeps until the send it waits for is made), and names a deadlock.
+  per-event objects and no heap (`paraplan.sim.loops`; the order: `paraplan.sim.order`).
   Sends keep the FIFO rule of the rank's pp stream; the DP stream (parameter gathers, gradient buckets,
   FSDP) follows the issue order of `paraplan.sim.timeline`. Tests check that both engines agree on random
   cases.
@@ -17,10 +15,8 @@ Two engines compute the same timeline:
 
 from __future__ import annotations
 
-import numpy as np
-
 from paraplan.sim.costs import PipelineCosts
-from paraplan.sim.loops import LoopRows, full_loop, loop_rows, static_loop
+from paraplan.sim.loops import full_loop, rows_of, static_loop
 from paraplan.sim.plan import Plan, build_plan
 from paraplan.sim.replay import replay
 from paraplan.sim.result import SimResult
@@ -81,7 +77,7 @@ def simulate(costs: PipelineCosts, *, record_events: bool = False, engine: str =
     return summarize(plan, costs, tables, timeline, record_events=record_events)
 
 
-def _initial_slots(plan: Plan, costs: PipelineCosts, dur: np.ndarray) -> tuple[list[float], list[float]]:
+def _initial_slots(plan: Plan, costs: PipelineCosts, key_dur: list[float]) -> tuple[list[float], list[float]]:
     """Time slots before the run (release slots filled) and each rank's DP stream free time after the
     previous step's parameter all-gather, which heads the DP stream when it overlaps the first forwards."""
     t = [0.0] * plan.n_slots
@@ -91,10 +87,10 @@ def _initial_slots(plan: Plan, costs: PipelineCosts, dur: np.ndarray) -> tuple[l
         for rank in range(plan.pp):
             row = costs.chunks[rank]
             at = 0.0
-            for task, c in sorted((task, c) for c, task in enumerate(plan.first_forward[rank]) if task):
+            for _, c, key in plan.first_forwards[rank]:
                 gather = row[c].dp_param_gather_s
                 if gather > 0:
-                    lead = param_lead_s(gather, float(dur[task]), buckets)
+                    lead = param_lead_s(gather, key_dur[key], buckets)
                     first_end = at + lead
                     t[plan.release_base + rank * plan.n_chunks + c] = first_end
                     at = first_end + (gather - lead)
@@ -105,33 +101,21 @@ def _initial_slots(plan: Plan, costs: PipelineCosts, dur: np.ndarray) -> tuple[l
 def fast_timeline(plan: Plan, costs: PipelineCosts, tables: DurationTables) -> Timeline:
     """Every task's start and end without the event queue (see the module docstring)."""
     n = plan.n_tasks
-    rows = _loop_rows(plan)
+    rows = rows_of(plan)
     durs = tables.dur_s[rows.keys].tolist()
-    dur = tables.dur_s[plan.cost_key]  # by task id, for the few lookups outside the loops
-    t, dp_free = _initial_slots(plan, costs, dur)
+    key_dur = tables.dur_s.tolist()
+    t, dp_free = _initial_slots(plan, costs, key_dur)
     start = [0.0] * (n + 1)
     if plan.max_deps > 2 or tables.fsdp_gather_s.any() or tables.fsdp_scatter_s.any():
         return full_loop(plan, rows, costs, tables, durs, t, start, dp_free)
     static_loop(rows, durs, t, start, costs.p2p_s, plan.pp)
     end = t[: n + 1]
     end[0] = 0.0
-    return Timeline(start, end, t, _grad_reduction(plan, costs, start, end, dur, dp_free))
-
-
-def _loop_rows(plan: Plan) -> LoopRows:
-    """The loops' rows, once per plan: in the static order, or else in the order a sweep finds."""
-    rows = plan.memo.get("rows")
-    if rows is None:
-        order = plan.order
-        if order is None:
-            zeros = [0.0] * (plan.n_tasks + 1)
-            order = np.array(_sweep(plan, [0.0] * plan.n_slots, list(zeros), zeros, 0.0), dtype=np.int64)
-        rows = plan.memo["rows"] = loop_rows(plan, order)
-    return rows
+    return Timeline(start, end, t, _grad_reduction(plan, costs, start, end, key_dur, dp_free))
 
 
 def _grad_reduction(
-    plan: Plan, costs: PipelineCosts, start: list[float], end: list[float], dur: np.ndarray, dp_free: list[float]
+    plan: Plan, costs: PipelineCosts, start: list[float], end: list[float], key_dur: list[float], dp_free: list[float]
 ) -> list[float]:
     """Per rank: when the last backward and the gradient reduction (DP stream, after the parameter
     all-gather) have both finished."""
@@ -143,90 +127,17 @@ def _grad_reduction(
         last = end[hi - 1] if hi > lo else 0.0
         done = last
         at = dp_free[rank]
-        for task, c in sorted((task, c) for c, task in enumerate(plan.last_weight[rank]) if task):
+        for task, c, key in plan.last_weights[rank]:
             reduce_s = row[c].dp_grad_reduce_s
             if reduce_s <= 0:
                 continue
             if costs.overlap_grad_reduce:
-                for delay in bucket_delays_s(float(dur[task]), buckets):
+                share = reduce_s / buckets
+                for delay in bucket_delays_s(key_dur[key], buckets):
                     ready = start[task] + delay
-                    at = (at if at > ready else ready) + reduce_s / buckets
+                    at = (at if at > ready else ready) + share
             else:
                 at = (at if at > last else last) + reduce_s
             done = at if at > done else done
         rank_done.append(done)
     return rank_done
-
-
-def _sweep(plan: Plan, t: list[float], start: list[float], dur: list[float], p2p: float) -> list[int]:
-    """First run of a plan: each rank runs its next tasks for as long as their inputs have arrived; a rank
-    that waits for a send is woken when that send is made. Returns the order the tasks ran in (a
-    topological order). Ranks left waiting with nothing to wake them mean the static orders deadlock."""
-    pp = plan.pp
-    for slot in range(plan.send_base, plan.release_base):
-        t[slot] = -1.0  # not known yet; every real time is >= 0
-    lo, hi = plan.lo, plan.hi
-    cur = list(lo)
-    pp_free = [0.0] * pp
-    order: list[int] = []
-    waiting = [-1] * plan.n_slots  # send slot -> the rank waiting for it
-    cols = plan.rows[:-2]
-    send0, send1 = plan.rows[-2], plan.rows[-1]
-    d0, d1 = cols[0], cols[1]
-    extra = cols[2:]
-    ready = list(reversed(range(pp)))
-    while ready:
-        r = ready.pop()
-        i = first = cur[r]
-        h = hi[r]
-        last = t[i - 1] if i > lo[r] else 0.0
-        f = pp_free[r]
-        while i < h:
-            s = last
-            a = d0[i]
-            x = t[a]
-            if x < 0:
-                waiting[a] = r
-                break
-            if x > s:
-                s = x
-            a = d1[i]
-            x = t[a]
-            if x < 0:
-                waiting[a] = r
-                break
-            if x > s:
-                s = x
-            if extra:
-                missing = [col[i] for col in extra if t[col[i]] < 0]
-                if missing:
-                    waiting[missing[0]] = r
-                    break
-                x = max(t[col[i]] for col in extra)
-                if x > s:
-                    s = x
-            start[i] = s
-            last = s + dur[i]
-            t[i] = last
-            k = send0[i]
-            if k:  # sends leave in FIFO order on the rank's pp stream
-                if f < last:
-                    f = last
-                f += p2p
-                t[k] = f
-                if waiting[k] >= 0:
-                    ready.append(waiting[k])
-                k = send1[i]
-                if k:
-                    f += p2p
-                    t[k] = f
-                    if waiting[k] >= 0:
-                        ready.append(waiting[k])
-            i += 1
-        order.extend(range(first, i))
-        cur[r] = i
-        pp_free[r] = f
-    stuck = [r for r in range(pp) if cur[r] < hi[r]]
-    if stuck:
-        raise ValueError(f"{plan.schedule} (pp={pp}, m={plan.num_microbatches}) deadlocks on ranks {stuck[:8]}")
-    return order

@@ -25,7 +25,7 @@ MAX_DEPS = 3  # a pair's two cross-rank inputs and a release slot
 class LoopRows:
     """Per task in topological order: id, previous task on its rank (0 = none), dependency slots (three
     columns, 0 = none), rank, send slots, cost key, and the cost key of the next task on its rank (the
-    extra key `n_keys` after the last)."""
+    extra key `n_keys` after the last); and where each task stands in that order."""
 
     tasks: list[int]
     prevs: list[int]
@@ -35,7 +35,15 @@ class LoopRows:
     send1: list[int]
     keys: np.ndarray
     next_keys: np.ndarray
-    position: np.ndarray  # [1 + n]: where each task stands in the order
+    position: list[int]  # [1 + n]
+
+
+def rows_of(plan: Plan) -> LoopRows:
+    """The loops' rows of a plan, built once and kept in its memo."""
+    rows = plan.memo.get("rows")
+    if rows is None:
+        rows = plan.memo["rows"] = loop_rows(plan, plan.order)
+    return rows
 
 
 def loop_rows(plan: Plan, order: np.ndarray) -> LoopRows:
@@ -46,24 +54,25 @@ def loop_rows(plan: Plan, order: np.ndarray) -> LoopRows:
     first[list(plan.lo)] = True
     last = np.zeros(n + 1, dtype=bool)
     last[[h - 1 for h in plan.hi]] = True
-    deps = np.zeros((n + 1, MAX_DEPS), dtype=np.int64)
-    deps[:, : plan.max_deps] = plan.dep_slots
     next_keys = np.append(plan.cost_key[1:], plan.n_keys)
     next_keys[last] = plan.n_keys
     position = np.zeros(n + 1, dtype=np.int64)
     position[order] = np.arange(n)
-    d = deps[order]
-    sends = plan.send_slots[order]
+
+    def column(values: np.ndarray) -> list[int]:
+        return values[order].tolist() if values.any() else [0] * n  # many columns are all zero
+
+    deps = [column(plan.dep_slots[:, j]) if j < plan.max_deps else [0] * n for j in range(MAX_DEPS)]
     return LoopRows(
         tasks=order.tolist(),
         prevs=np.where(first[order], 0, order - 1).tolist(),
-        deps=(d[:, 0].tolist(), d[:, 1].tolist(), d[:, 2].tolist()),
+        deps=(deps[0], deps[1], deps[2]),
         ranks=plan.task_rank[order].tolist(),
-        send0=sends[:, 0].tolist(),
-        send1=sends[:, 1].tolist(),
+        send0=column(plan.send_slots[:, 0]),
+        send1=column(plan.send_slots[:, 1]),
         keys=plan.cost_key[order],
         next_keys=next_keys[order],
-        position=position,
+        position=position.tolist(),
     )
 
 
@@ -117,8 +126,8 @@ def full_loop(
     reduce_share = [0.0] * n  # gradient bucket size of the chunk whose last weight gradient a task makes
     if costs.overlap_grad_reduce:
         for rank in range(pp):
-            for c, task in enumerate(plan.last_weight[rank]):
-                if task and costs.chunks[rank][c].dp_grad_reduce_s > 0:
+            for task, c, _ in plan.last_weights[rank]:
+                if costs.chunks[rank][c].dp_grad_reduce_s > 0:
                     reduce_share[rows.position[task]] = costs.chunks[rank][c].dp_grad_reduce_s / buckets
     dp = list(dp_free)
     gate = [0.0] * (n + 2)
@@ -133,11 +142,12 @@ def full_loop(
     pp_free = [0.0] * pp
     p2p = costs.p2p_s
     dep0, dep1, dep2 = rows.deps
-    for i, p, a, b, c, d, r, k0, k1, g, sc, share in zip(
-        rows.tasks, rows.prevs, dep0, dep1, dep2, durs, rows.ranks, rows.send0, rows.send1, gather_next, scatters,
-        reduce_share, strict=True,
+    free = [gate[head] for head in plan.lo]  # per rank: its previous task has ended and this task's gather arrived
+    for i, a, b, c, d, r, k0, k1, g, sc, share in zip(
+        rows.tasks, dep0, dep1, dep2, durs, rows.ranks, rows.send0, rows.send1, gather_next, scatters, reduce_share,
+        strict=True,
     ):  # fmt: skip
-        s = t[p]
+        s = free[r]
         x = t[a]
         if x > s:
             s = x
@@ -147,16 +157,16 @@ def full_loop(
         x = t[c]
         if x > s:
             s = x
-        x = gate[i]
-        if x > s:
-            s = x
         start[i] = s
+        e = s + d
+        t[i] = e
         if g > 0:  # prefetch the next task's parameters
             f = dp[r] if dp[r] > s else s
             f += g
             dp[r] = gate[i + 1] = f
-        e = s + d
-        t[i] = e
+            free[r] = e if e > f else f
+        else:
+            free[r] = e
         if k0:
             f = pp_free[r]
             if f < e:
@@ -184,7 +194,7 @@ def full_loop(
         grads = max(last, grads_done[rank])
         if not costs.overlap_grad_reduce:
             at = dp[rank]
-            for _, c in sorted((task, c) for c, task in enumerate(plan.last_weight[rank]) if task):
+            for _, c, _ in plan.last_weights[rank]:
                 reduce_s = costs.chunks[rank][c].dp_grad_reduce_s
                 if reduce_s > 0:
                     at = (at if at > last else last) + reduce_s
@@ -201,15 +211,20 @@ class FsdpGates(Mapping[int, tuple[float, str]]):
 
     def __init__(self, gate: list[float], gated: np.ndarray) -> None:
         self._gate = gate
-        self._gated = gated  # [1 + n]: the task's parameters are gathered (index 0 unused)
+        self._gated = gated.tobytes()  # [1 + n]: 1 where the task's parameters are gathered (index 0 unused)
+
+    def get(self, task: int, default: tuple[float, str] | None = None) -> tuple[float, str] | None:
+        """Without the generic Mapping.get's exception: the critical-path walk asks for every task."""
+        return (self._gate[task], "fsdp") if 0 < task < len(self._gated) and self._gated[task] else default
 
     def __getitem__(self, task: int) -> tuple[float, str]:
-        if 0 < task < len(self._gated) and self._gated[task]:
-            return self._gate[task], "fsdp"
-        raise KeyError(task)
+        found = self.get(task)
+        if found is None:
+            raise KeyError(task)
+        return found
 
     def __iter__(self) -> Iterator[int]:
-        return iter((np.flatnonzero(self._gated[1:]) + 1).tolist())
+        return (task for task in range(1, len(self._gated)) if self._gated[task])
 
     def __len__(self) -> int:
-        return int(self._gated[1:].sum())
+        return sum(self._gated[1:])

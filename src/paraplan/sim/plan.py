@@ -20,6 +20,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from paraplan.sim.actions import action_arrays
+from paraplan.sim.order import topological_order
 from paraplan.sim.schedules import BW, KIND_NAMES, Action, B, F, W, chunks_per_rank, stage_paths
 
 N_KINDS = 4  # F, B, W, BW
@@ -87,45 +88,23 @@ class Plan:
         return [col[task] for col in self.rows[:-2] if col[task]]
 
     @cached_property
-    def order(self) -> np.ndarray | None:
-        """A topological order of the tasks from their static positions, or None (the engine then finds
-        one by playing the orders, which also names a deadlock)."""
-        return static_order(self)
+    def first_forwards(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+        """Per rank: (task, chunk, cost key) of each chunk's first forward, in task order."""
+        return self._in_task_order(self.first_forward)
 
+    @cached_property
+    def last_weights(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+        """Per rank: (task, chunk, cost key) of each chunk's last weight gradient, in task order."""
+        return self._in_task_order(self.last_weight)
 
-STATIC_ORDER_ROUNDS = 64
+    def _in_task_order(self, table: tuple[tuple[int, ...], ...]) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+        keys = self.cost_key.tolist()
+        return tuple(tuple(sorted((task, c, keys[task]) for c, task in enumerate(row) if task)) for row in table)
 
-
-def static_order(plan: Plan) -> np.ndarray | None:
-    """Tasks sorted by a priority that every dependency increases: start from the position in the rank's
-    order times (pp + 1), plus the rank for forwards and pp - 1 - rank for backwards (their inputs come
-    from the rank below, resp. above, at the same position in the 1F1B family), then raise the priority of
-    every task that does not exceed its cross-rank inputs, and of the tasks after it on its rank, until
-    none is left (none to raise in the 1F1B family; a few rounds for the V and dual schedules)."""
-    n, pp = plan.n_tasks, plan.pp
-    lo = np.array(plan.lo, dtype=np.int64)
-    first = np.repeat(np.concatenate(([0], lo)), np.diff(np.concatenate(([0], lo, [n + 1]))))
-    position = np.arange(n + 1) - first
-    rank = plan.task_rank
-    forward = plan.action_kind[plan.first_action[:-1]] == F
-    priority = position * (pp + 1) + np.where(forward, rank, pp - 1 - rank)
-    slots = plan.dep_slots
-    is_send = (slots >= plan.send_base) & (slots < plan.release_base)
-    consumer = np.nonzero(is_send)[0]
-    producer = plan.send_producer[slots[is_send] - plan.send_base]
-    segment = np.concatenate(([0], rank[1:] + 1))  # the dummy task 0 apart
-    shift = np.arange(n + 1)
-    for _ in range(STATIC_ORDER_ROUNDS):
-        need = priority[producer] + 1
-        low = need > priority[consumer]
-        if not low.any():
-            return np.argsort(priority[1:], kind="stable") + 1
-        np.maximum.at(priority, consumer[low], need[low])
-        # within a rank the priority must grow by at least 1 a task: p_i = i + running max of (p_j - j),
-        # each rank's values lifted above the previous rank's so that the running maximum stays in it
-        separate = segment * (int(priority.max()) + n + 2)
-        priority = np.maximum.accumulate(priority - shift + separate) - separate + shift
-    return None
+    @cached_property
+    def order(self) -> np.ndarray:
+        """A topological order of the tasks (`paraplan.sim.order`); raises ValueError if the orders deadlock."""
+        return topological_order(self)
 
 
 def _neighbour_tables(schedule: str, pp: int, vpp: int, n_chunks: int) -> tuple[np.ndarray, np.ndarray]:
@@ -152,7 +131,8 @@ def _live_after_forwards(
     rank's chunk) starts from zero."""
     pp = len(lengths)
     step = np.where(kind == F, 1, np.where((kind == W) | (kind == BW), -1, 0))
-    by_chunk = np.argsort(chunk * pp + np.repeat(np.arange(pp), lengths), kind="stable")
+    segment = chunk * pp + np.repeat(np.arange(pp), lengths)  # (chunk, rank), small: a radix sort
+    by_chunk = np.argsort(segment.astype(np.uint16) if pp * n_chunks < 2**16 else segment, kind="stable")
     chunk_starts = np.searchsorted(chunk[by_chunk], np.arange(n_chunks))
     bases = (np.maximum.reduceat(np.cumsum(step[by_chunk]), chunk_starts) + 1).tolist()
     word_of, weight, words, product = [], [], 0, 2**63
@@ -188,8 +168,9 @@ def _group_columns(owner: np.ndarray, values: np.ndarray, n_rows: int) -> np.nda
     """Scatter `values` into a [n_rows, width] matrix, row `owner`, in the given order (0 = empty)."""
     if len(owner) == 0:
         return np.zeros((n_rows, 0), dtype=np.int64)
-    order = np.argsort(owner, kind="stable")
-    owner, values = owner[order], values[order]
+    if (owner[1:] < owner[:-1]).any():
+        order = np.argsort(owner, kind="stable")
+        owner, values = owner[order], values[order]
     position = np.arange(len(owner))
     run_start = np.ones(len(owner), dtype=bool)
     run_start[1:] = owner[1:] != owner[:-1]

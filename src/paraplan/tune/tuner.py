@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from paraplan.errors import ConfigError
+from paraplan.sim.schedules import chunks_per_rank
 from paraplan.specs.training import TrainingSpec
 from paraplan.tune.candidate import Candidate, TuneProblem, from_training
 from paraplan.tune.evaluate import Evaluation, Evaluator, Task, TaskReport
@@ -36,6 +37,8 @@ variant (measured 0.5-0.6 on dense and MoE spaces)."""
 DEFAULT_PROJECTION_S = 5e-3
 """Seconds per projection when the seed planner did not measure it."""
 DEFAULT_SAMPLING_BUDGET = 2000
+TASKS_PER_WORKER = 16
+"""The exhaustive search cuts its work in about this many tasks per worker, by estimated cost."""
 
 
 @dataclass(frozen=True)
@@ -206,26 +209,49 @@ def _plan_key(c: Candidate, gbs: int) -> tuple:
     return (gbs // (c.mbs * c.dp), c.pp, c.schedule, c.vpp, c.ep_overlap)
 
 
+PROJECTION_OVERHEAD_TASKS = 2000
+"""What a projection costs besides playing its tasks, in tasks (about 0.3 ms against 150 ns a task)."""
+
+
+def _cost(c: Candidate, gbs: int) -> int:
+    """Estimated cost of projecting a structure: the simulator plays 2 * pp * chunks * micro-batches tasks."""
+    return 2 * c.pp * chunks_per_rank(c.schedule, c.vpp) * (gbs // (c.mbs * c.dp)) + PROJECTION_OVERHEAD_TASKS
+
+
 def _work_order(structures: list[Candidate], gbs: int) -> list[Candidate]:
-    """Plan first (the costliest thing to rebuild), then shard and process groups (per-layer cost entries)."""
-    return sorted(structures, key=lambda c: (_plan_key(c, gbs), c.num_gpus, c.precision, c.tp, c.cp, c.sp, c.mbs))
+    """The costliest plans first (the workers then end together on cheap ones), each plan's structures
+    together (one worker builds the plan, the costliest thing to rebuild), then shard and process groups
+    (per-layer cost entries)."""
+    return sorted(
+        structures,
+        key=lambda c: (-_cost(c, gbs), _plan_key(c, gbs), c.num_gpus, c.precision, c.tp, c.cp, c.sp, c.mbs),
+    )
 
 
 def _group_tasks(
-    structures: list[Candidate], gbs: int, options: TuneOptions, prune: bool, record: bool, stop: Callable[[], bool]
+    structures: list[Candidate],
+    gbs: int,
+    options: TuneOptions,
+    prune: bool,
+    record: bool,
+    stop: Callable[[], bool],
+    max_cost: float = float("inf"),
 ) -> Iterator[Task]:
     """Batches of about `groups_per_task` structures in work order, cut between plan keys, so that one worker
-    builds each plan and its neighbours reuse it."""
+    builds each plan and its neighbours reuse it; a batch whose estimated cost reaches `max_cost` is cut
+    sooner, so that no worker is left with a long tail of work."""
     batch: list[Candidate] = []
+    cost = 0
     for i, structure in enumerate(structures):
         batch.append(structure)
+        cost += _cost(structure, gbs)
         last = i + 1 == len(structures)
         boundary = last or _plan_key(structures[i + 1], gbs) != _plan_key(structure, gbs)
-        if (boundary and len(batch) >= options.groups_per_task) or last:
+        if (boundary and len(batch) >= options.groups_per_task) or cost >= max_cost or last:
             if stop():
                 return
             yield Task("groups", tuple(batch), "exhaustive", prune, record)
-            batch = []
+            batch, cost = [], 0
 
 
 @dataclass
@@ -386,7 +412,9 @@ def _search(run: _Run) -> None:
             structures = [s for s in structures if s.key() not in run.done_groups]
         ledger.phase, ledger.done, ledger.total = "exhaustive", 0, len(structures)
         prune = len(options.objectives) == 1
-        tasks = _group_tasks(structures, run.problem.gbs, options, prune, run.study is not None, run.stop)
+        total = sum(_cost(c, run.problem.gbs) for c in structures)
+        max_cost = total / (TASKS_PER_WORKER * run.executor.workers)
+        tasks = _group_tasks(structures, run.problem.gbs, options, prune, run.study is not None, run.stop, max_cost)
         for report in run.executor.run(tasks):
             ledger.add(report, count_groups=True)
     else:
