@@ -100,6 +100,9 @@ class ProjectionOptions:
     timer: Callable[[Op], tuple[float, str]] | None = None
     """Compute-op timer from a fitted profile: (seconds, source); None = analytic only."""
     record_events: bool = False
+    breakdown: bool = True
+    """False: step time, throughput and memory only, without the named parts of the step and the
+    communication figures (what the tuner ranks by; the same numbers, less work)."""
     measured_blocks: Mapping[str, MeasuredBlock] | None = None
     """Hybrid projection: measured compute per block kind ("dense", "moe", "embedding", "head", "mtp"),
     at the target's shard shapes; communication, the schedule and everything else stay modelled."""
@@ -285,6 +288,7 @@ def project_specs(
         extras,
         cal.step_overhead_s,
         record_events=options.record_events,
+        breakdown=options.breakdown,
     )
     # memory per rank
     ranks = []

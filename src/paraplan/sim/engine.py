@@ -60,9 +60,13 @@ def plan_for(costs: PipelineCosts) -> Plan:
     return build_plan(costs.schedule, costs.pp, vpp, costs.num_microbatches, costs.ep_overlap_on())
 
 
-def simulate(costs: PipelineCosts, *, record_events: bool = False, engine: str = "auto") -> SimResult:
+def simulate(
+    costs: PipelineCosts, *, record_events: bool = False, engine: str = "auto", breakdown: bool = True
+) -> SimResult:
     """Simulate one step. engine: "auto" (the fast path, or the event engine when events are recorded),
-    "fast" or "events" (tests compare the two). Raises ValueError listing every problem with `costs`."""
+    "fast" or "events" (tests compare the two); breakdown=False: the step time, memory peaks and busy
+    times only (no named parts, no communication figures). Raises ValueError listing every problem with
+    `costs`."""
     problems = check_costs(costs)
     if problems:
         raise ValueError("; ".join(problems))
@@ -74,7 +78,7 @@ def simulate(costs: PipelineCosts, *, record_events: bool = False, engine: str =
         timeline = replay(plan, costs, tables, record=record_events)
     else:
         timeline = fast_timeline(plan, costs, tables)
-    return summarize(plan, costs, tables, timeline, record_events=record_events)
+    return summarize(plan, costs, tables, timeline, record_events=record_events, breakdown=breakdown)
 
 
 def _initial_slots(plan: Plan, costs: PipelineCosts, key_dur: list[float]) -> tuple[list[float], list[float]]:

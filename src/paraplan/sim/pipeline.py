@@ -49,14 +49,18 @@ def play_pipeline(
     step_overhead_s: float,
     *,
     record_events: bool = False,
+    breakdown: bool = True,
 ) -> PipelineOutcome:
-    sim = simulate(costs, record_events=record_events)
+    """breakdown=False: the step time and memory peaks without the named parts (the tuner's figures)."""
+    sim = simulate(costs, record_events=record_events, breakdown=breakdown)
     return outcome_from(sim, costs, extras, step_overhead_s)
 
 
 def outcome_from(
     sim: SimResult, costs: PipelineCosts, extras: tuple[tuple[ChunkExtras, ...], ...], step_overhead_s: float
 ) -> PipelineOutcome:
+    """The outcome with the framework overhead added; the parts of the step re-split when the simulation
+    named them (breakdown_s empty: none)."""
     m = costs.num_microbatches
     r = sim.critical_rank
     row: tuple[ChunkCost, ...] = costs.chunks[r]
@@ -68,26 +72,8 @@ def outcome_from(
     measured = m * sum(e.measured_s for e in extras[r])
     exposed_inside = m * sum(sum(c.comm_exposed_s.values()) for c in row)
     busy = forward + backward
-    breakdown: dict[str, float] = {}
-    sim_parts = dict(sim.breakdown_s)
-    # The simulator's compute parts exclude the exposed intra-layer communication (it names that apart)
-    # but know nothing of recompute or host-bound time: re-split its compute time on the critical rank.
-    compute_keys = [k for k in sim_parts if k.endswith("_compute") or k == "recompute"]
-    compute_total = sum(sim_parts.pop(k) for k in compute_keys)
-    own_compute = busy - exposed_inside
-    scale = compute_total / own_compute if own_compute > 0 else 1.0
-    pure = max(0.0, own_compute - recompute - host)
-    fwd_share = (forward / busy) if busy > 0 else 0.0
-    breakdown["forward_compute"] = pure * fwd_share * scale
-    breakdown["backward_compute"] = pure * (1 - fwd_share) * scale
-    breakdown["recompute"] = recompute * scale
-    breakdown["host_launch_bound"] = host * scale
-    breakdown.update(sim_parts)
-    breakdown["framework_overhead"] = step_overhead_s
     step = sim.step_time_s + step_overhead_s
-    # the parts must add up to the step: put any rounding residue into the bubble (tiny by construction)
-    residue = step - sum(breakdown.values())
-    breakdown["pipeline_bubble"] = breakdown.get("pipeline_bubble", 0.0) + residue
+    breakdown = _parts(sim, step, step_overhead_s, forward, busy, recompute, host, exposed_inside)
     return PipelineOutcome(
         step_time_s=step,
         pipeline_time_s=sim.pipeline_time_s,
@@ -105,3 +91,37 @@ def outcome_from(
         step_overhead_s=step_overhead_s,
         sim=sim,
     )
+
+
+def _parts(
+    sim: SimResult,
+    step: float,
+    step_overhead_s: float,
+    forward: float,
+    busy: float,
+    recompute: float,
+    host: float,
+    exposed_inside: float,
+) -> dict[str, float]:
+    if not sim.breakdown_s:
+        return {}
+    breakdown: dict[str, float] = {}
+    sim_parts = dict(sim.breakdown_s)
+    # The simulator's compute parts exclude the exposed intra-layer communication (it names that apart)
+    # but know nothing of recompute or host-bound time: re-split its compute time on the critical rank.
+    compute_keys = [k for k in sim_parts if k.endswith("_compute") or k == "recompute"]
+    compute_total = sum(sim_parts.pop(k) for k in compute_keys)
+    own_compute = busy - exposed_inside
+    scale = compute_total / own_compute if own_compute > 0 else 1.0
+    pure = max(0.0, own_compute - recompute - host)
+    fwd_share = (forward / busy) if busy > 0 else 0.0
+    breakdown["forward_compute"] = pure * fwd_share * scale
+    breakdown["backward_compute"] = pure * (1 - fwd_share) * scale
+    breakdown["recompute"] = recompute * scale
+    breakdown["host_launch_bound"] = host * scale
+    breakdown.update(sim_parts)
+    breakdown["framework_overhead"] = step_overhead_s
+    # the parts must add up to the step: put any rounding residue into the bubble (tiny by construction)
+    residue = step - sum(breakdown.values())
+    breakdown["pipeline_bubble"] = breakdown.get("pipeline_bubble", 0.0) + residue
+    return breakdown

@@ -55,15 +55,22 @@ def critical_path_waits(plan: Plan, tl: Timeline) -> dict[str, float]:
 
 
 def summarize(
-    plan: Plan, costs: PipelineCosts, tables: DurationTables, tl: Timeline, *, record_events: bool
+    plan: Plan,
+    costs: PipelineCosts,
+    tables: DurationTables,
+    tl: Timeline,
+    *,
+    record_events: bool,
+    breakdown: bool = True,
 ) -> SimResult:
+    """breakdown=False leaves the named parts and the communication figures empty (the tuner ranks by the
+    step time and memory alone)."""
     pp, n_chunks = plan.pp, plan.n_chunks
     end = tl.end_s
     pipeline_s = max((end[h - 1] for lo, h in zip(plan.lo, plan.hi, strict=True) if h > lo), default=0.0)
     busy = (plan.key_counts @ tables.dur_s).tolist()
     rank_done = list(tl.rank_done_s)
     sync_s = max(rank_done)
-    dp_tail_s = sync_s - pipeline_s
     optimizer = costs.optimizer_per_rank_s()
     gather_after = [
         0.0 if costs.overlap_param_gather else sum(c.dp_param_gather_s for c in row) for row in costs.chunks
@@ -72,44 +79,13 @@ def summarize(
     post_rank = max(range(pp), key=lambda r: (post[r], -r))
     step_s = sync_s + post[post_rank]
     critical = max(range(pp), key=lambda r: (rank_done[r], busy[r], -r))
-
-    # the pipeline part, seen from the critical rank: its compute, then its idle time
-    counts = plan.key_counts[critical]
-    breakdown = {
-        "forward_compute": float(counts @ tables.forward_s),
-        "backward_compute": float(counts @ tables.backward_s),
-        "recompute": float(counts @ tables.recompute_s),
-    }
-    kinds = tuple(tables.exposed_s)
-    exposed_intra = {k: float(counts @ tables.exposed_s[k]) for k in kinds}
-    for k in kinds:
-        breakdown[f"{k}_comm_exposed"] = exposed_intra[k]
-    waits = critical_path_waits(plan, tl)
-    idle = max(0.0, pipeline_s - busy[critical])
-    pp_exposed = min(waits["pp"], idle)
-    fsdp_exposed = min(waits["fsdp"], idle - pp_exposed)
-    gather_wait = min(waits["dp"], idle - pp_exposed - fsdp_exposed)
-    breakdown["pp_p2p_exposed"] = pp_exposed
-    breakdown["fsdp_exposed"] = fsdp_exposed
-    breakdown["dp_param_gather_wait"] = gather_wait
-    breakdown["pipeline_bubble"] = idle - pp_exposed - fsdp_exposed - gather_wait
-    sync_rank = max(range(pp), key=lambda r: (rank_done[r], -r))
-    fsdp_tail = tl.tail_kind and tl.tail_kind[sync_rank] == "fsdp"
-    breakdown["fsdp_exposed"] += dp_tail_s if fsdp_tail else 0.0
-    breakdown["dp_grad_reduce_exposed"] = 0.0 if fsdp_tail else dp_tail_s
-    breakdown["optimizer"] = optimizer[post_rank]
-    breakdown["dp_param_gather_exposed"] = gather_after[post_rank]
-
-    row = costs.chunks[critical]
-    mbs = plan.microbatches_per_chunk[critical]
-    comm_total = {k: sum(n * c.comm_total_s.get(k, 0.0) for n, c in zip(mbs, row, strict=True)) for k in kinds}
-    comm_total["pp"] = plan.sends_per_rank[critical] * costs.p2p_s
-    comm_total["dp"] = sum(c.dp_grad_reduce_s + c.dp_param_gather_s for c in row)
-    comm_total["fsdp"] = sum(n * (2 * c.fsdp_gather_s + c.fsdp_reduce_scatter_s) for n, c in zip(mbs, row, strict=True))
-    comm_exposed = dict(exposed_intra)
-    comm_exposed["pp"] = pp_exposed
-    comm_exposed["dp"] = breakdown["dp_grad_reduce_exposed"] + gather_wait + gather_after[post_rank]
-    comm_exposed["fsdp"] = breakdown["fsdp_exposed"]
+    parts: dict[str, float] = {}
+    comm_total: dict[str, float] = {}
+    comm_exposed: dict[str, float] = {}
+    if breakdown:
+        parts, comm_total, comm_exposed = _parts(
+            plan, costs, tables, tl, critical, busy[critical], pipeline_s, optimizer[post_rank], gather_after[post_rank]
+        )
 
     peak_bytes = []
     for rank in range(pp):
@@ -138,7 +114,61 @@ def summarize(
         peak_activation_bytes=tuple(peak_bytes),
         critical_rank=critical,
         events=events,
-        breakdown_s=breakdown,
+        breakdown_s=parts,
         dp_done_s=tuple(rank_done),
         peak_inflight_chunks=plan.peak_inflight_chunks,
     )
+
+
+def _parts(
+    plan: Plan,
+    costs: PipelineCosts,
+    tables: DurationTables,
+    tl: Timeline,
+    critical: int,
+    busy_s: float,
+    pipeline_s: float,
+    optimizer_s: float,
+    gather_after_s: float,
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """The named parts of the step, and the communication on the critical rank: (breakdown, total, exposed)."""
+    rank_done = tl.rank_done_s
+    dp_tail_s = max(rank_done) - pipeline_s
+    # the pipeline part, seen from the critical rank: its compute, then its idle time
+    counts = plan.key_counts[critical]
+    breakdown = {
+        "forward_compute": float(counts @ tables.forward_s),
+        "backward_compute": float(counts @ tables.backward_s),
+        "recompute": float(counts @ tables.recompute_s),
+    }
+    kinds = tuple(tables.exposed_s)
+    exposed_intra = {k: float(counts @ tables.exposed_s[k]) for k in kinds}
+    for k in kinds:
+        breakdown[f"{k}_comm_exposed"] = exposed_intra[k]
+    waits = critical_path_waits(plan, tl)
+    idle = max(0.0, pipeline_s - busy_s)
+    pp_exposed = min(waits["pp"], idle)
+    fsdp_exposed = min(waits["fsdp"], idle - pp_exposed)
+    gather_wait = min(waits["dp"], idle - pp_exposed - fsdp_exposed)
+    breakdown["pp_p2p_exposed"] = pp_exposed
+    breakdown["fsdp_exposed"] = fsdp_exposed
+    breakdown["dp_param_gather_wait"] = gather_wait
+    breakdown["pipeline_bubble"] = idle - pp_exposed - fsdp_exposed - gather_wait
+    sync_rank = max(range(plan.pp), key=lambda r: (rank_done[r], -r))
+    fsdp_tail = tl.tail_kind and tl.tail_kind[sync_rank] == "fsdp"
+    breakdown["fsdp_exposed"] += dp_tail_s if fsdp_tail else 0.0
+    breakdown["dp_grad_reduce_exposed"] = 0.0 if fsdp_tail else dp_tail_s
+    breakdown["optimizer"] = optimizer_s
+    breakdown["dp_param_gather_exposed"] = gather_after_s
+
+    row = costs.chunks[critical]
+    mbs = plan.microbatches_per_chunk[critical]
+    comm_total = {k: sum(n * c.comm_total_s.get(k, 0.0) for n, c in zip(mbs, row, strict=True)) for k in kinds}
+    comm_total["pp"] = plan.sends_per_rank[critical] * costs.p2p_s
+    comm_total["dp"] = sum(c.dp_grad_reduce_s + c.dp_param_gather_s for c in row)
+    comm_total["fsdp"] = sum(n * (2 * c.fsdp_gather_s + c.fsdp_reduce_scatter_s) for n, c in zip(mbs, row, strict=True))
+    comm_exposed = dict(exposed_intra)
+    comm_exposed["pp"] = pp_exposed
+    comm_exposed["dp"] = breakdown["dp_grad_reduce_exposed"] + gather_wait + gather_after_s
+    comm_exposed["fsdp"] = breakdown["fsdp_exposed"]
+    return breakdown, comm_total, comm_exposed
