@@ -306,3 +306,16 @@ def test_static_and_swept_orders_are_topological(shape: tuple) -> None:
             for slot in plan.deps(task):
                 if plan.send_base <= slot < plan.release_base:
                     assert position[int(plan.send_producer[slot - plan.send_base])] < position[task]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_without_breakdown_the_figures_are_the_same(schedule: str) -> None:
+    chunk = uniform_chunk(
+        1e-3, 2e-3, 1e-3, comm_total_s={"tp": 4e-4}, comm_exposed_s={"tp": 1e-4}, dp_grad_reduce_s=5e-3
+    )
+    vpp = 2 if schedule == "interleaved" else 1
+    costs = uniform_costs(schedule, 4, 8, chunk, vpp=vpp, p2p_s=1e-4, optimizer_s=2e-3, overlap_grad_reduce=True)
+    full, light = simulate(costs), simulate(costs, breakdown=False)
+    assert light.step_time_s == full.step_time_s and light.peak_activation_bytes == full.peak_activation_bytes
+    assert light.bubble_s == full.bubble_s and light.critical_rank == full.critical_rank
+    assert light.breakdown_s == {} and full.breakdown_s
