@@ -90,6 +90,7 @@ def _context(
         if len(_CTX_REGISTRY) >= _CTX_REGISTRY_LIMIT:
             _CTX_REGISTRY.clear()
             _cached_block.cache_clear()
+            _cached_stage_sums.cache_clear()
         _CTX_REGISTRY[key] = BlockContext(system, cal, groups, key[3], key[4], timer)
     return key
 
@@ -166,15 +167,23 @@ class _StageSums:
     max_full_saved: float = 0.0
 
 
-def _stage_sums(parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple, opts: ProjectionOptions) -> _StageSums:
+@lru_cache(maxsize=_BLOCK_CACHE_SIZE)
+def _cached_stage_sums(parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple) -> _StageSums:
+    return _stage_sums(parts, model, shard, ctx_key, None)
+
+
+def _stage_sums(
+    parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple, measured: Mapping[str, MeasuredBlock] | None
+) -> _StageSums:
+    """The sums of one stage's blocks (shared by the projections that ask for the same: read them only)."""
     total = _StageSums()
     has_head = any(kind == "head" for kind, _, _ in parts)
     for kind, mode, count in parts:
         cost = _cached_block(kind, model, shard, mode, ctx_key)
         if kind == "embedding" and model.tied_embeddings and has_head:
             cost = replace(cost, dense_params=0)  # one shared table when embedding and head share a rank
-        if opts.measured_blocks and kind in opts.measured_blocks:
-            cost = with_measured_compute(cost, opts.measured_blocks[kind])
+        if measured and kind in measured:
+            cost = with_measured_compute(cost, measured[kind])
             total.measured += (cost.forward_s + cost.backward_input_s + cost.backward_weight_s) * count
         total.f += cost.forward_s * count
         total.b += cost.backward_input_s * count
@@ -254,7 +263,11 @@ def project_specs(
         stage_parts.append(parts)
         total = sums.get(parts)
         if total is None:
-            total = sums[parts] = _stage_sums(parts, model, shard, ctx_key, options)
+            if options.measured_blocks:
+                total = _stage_sums(parts, model, shard, ctx_key, options.measured_blocks)
+            else:
+                total = _cached_stage_sums(parts, model, shard, ctx_key)
+            sums[parts] = total
         max_layer_params = max(max_layer_params, total.max_layer_params)
         max_full_saved = max(max_full_saved, total.max_full_saved)
         flops_model += 3 * total.flops

@@ -67,6 +67,7 @@ def param_copies(schedule: str) -> int:
     return 2 if schedule == "dualpipe" else 1
 
 
+@lru_cache(maxsize=1024)  # asked for by every projection and legality check
 def stage_paths(schedule: str, pp: int, vpp: int) -> tuple[tuple[Stage, ...], ...]:
     """The (rank, local chunk) sequence a micro-batch's forward visits; one path per direction.
 
@@ -92,6 +93,7 @@ def stage_order(schedule: str, pp: int, vpp: int) -> list[Stage]:
     return list(stage_paths(schedule, pp, vpp)[0])
 
 
+@lru_cache(maxsize=1024)
 def chunk_model_stage(schedule: str, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
     """[rank][local chunk] -> index of the model stage (in `stage_order`) that chunk holds."""
     n_chunks = chunks_per_rank(schedule, vpp)
