@@ -23,19 +23,23 @@ MAX_DEPS = 3  # a pair's two cross-rank inputs and a release slot
 
 @dataclass(frozen=True, slots=True)
 class LoopRows:
-    """Per task in topological order: id, previous task on its rank (0 = none), dependency slots (three
-    columns, 0 = none), rank, send slots, cost key, and the cost key of the next task on its rank (the
-    extra key `n_keys` after the last); and where each task stands in that order."""
+    """Per task in topological order: id, dependency slots (three columns, 0 = none), rank, send slots, cost
+    key, and the cost key of the next task on its rank (the extra key `n_keys` after the last)."""
 
     tasks: list[int]
-    prevs: list[int]
     deps: tuple[list[int], list[int], list[int]]
     ranks: list[int]
     send0: list[int]
     send1: list[int]
     keys: np.ndarray
     next_keys: np.ndarray
-    position: list[int]  # [1 + n]
+    order: np.ndarray
+
+    def positions(self) -> list[int]:
+        """[1 + n]: where each task stands in the order."""
+        position = np.zeros(len(self.order) + 1, dtype=np.int64)
+        position[self.order] = np.arange(len(self.order))
+        return position.tolist()
 
 
 def rows_of(plan: Plan) -> LoopRows:
@@ -46,18 +50,22 @@ def rows_of(plan: Plan) -> LoopRows:
     return rows
 
 
+def positions_of(plan: Plan) -> list[int]:
+    """Where each task stands in the loops' order, built once and kept in the plan's memo."""
+    position = plan.memo.get("positions")
+    if position is None:
+        position = plan.memo["positions"] = rows_of(plan).positions()
+    return position
+
+
 def loop_rows(plan: Plan, order: np.ndarray) -> LoopRows:
     if plan.max_deps > MAX_DEPS:
         raise ValueError(f"a task waits for {plan.max_deps} slots; the loops take {MAX_DEPS}")
     n = plan.n_tasks
-    first = np.zeros(n + 2, dtype=bool)
-    first[list(plan.lo)] = True
     last = np.zeros(n + 1, dtype=bool)
     last[[h - 1 for h in plan.hi]] = True
     next_keys = np.append(plan.cost_key[1:], plan.n_keys)
     next_keys[last] = plan.n_keys
-    position = np.zeros(n + 1, dtype=np.int64)
-    position[order] = np.arange(n)
 
     def column(values: np.ndarray) -> list[int]:
         return values[order].tolist() if values.any() else [0] * n  # many columns are all zero
@@ -65,25 +73,23 @@ def loop_rows(plan: Plan, order: np.ndarray) -> LoopRows:
     deps = [column(plan.dep_slots[:, j]) if j < plan.max_deps else [0] * n for j in range(MAX_DEPS)]
     return LoopRows(
         tasks=order.tolist(),
-        prevs=np.where(first[order], 0, order - 1).tolist(),
         deps=(deps[0], deps[1], deps[2]),
         ranks=plan.task_rank[order].tolist(),
         send0=column(plan.send_slots[:, 0]),
         send1=column(plan.send_slots[:, 1]),
         keys=plan.cost_key[order],
         next_keys=next_keys[order],
-        position=position.tolist(),
+        order=order,
     )
 
 
 def static_loop(rows: LoopRows, durs: list[float], t: list[float], start: list[float], p2p: float, pp: int) -> None:
     """start = max(previous task on the rank, two inputs); sends leave in FIFO order on the rank's pp stream."""
     pp_free = [0.0] * pp
+    free = [0.0] * pp  # per rank: when its previous task ended
     dep0, dep1 = rows.deps[0], rows.deps[1]
-    for i, p, a, b, d, r, k0, k1 in zip(
-        rows.tasks, rows.prevs, dep0, dep1, durs, rows.ranks, rows.send0, rows.send1, strict=True
-    ):
-        s = t[p]
+    for i, a, b, d, r, k0, k1 in zip(rows.tasks, dep0, dep1, durs, rows.ranks, rows.send0, rows.send1, strict=True):
+        s = free[r]
         x = t[a]
         if x > s:
             s = x
@@ -92,7 +98,7 @@ def static_loop(rows: LoopRows, durs: list[float], t: list[float], start: list[f
             s = x
         start[i] = s
         e = s + d
-        t[i] = e
+        t[i] = free[r] = e
         if k0:
             f = pp_free[r]
             if f < e:
@@ -125,10 +131,11 @@ def full_loop(
     scatters = tables.fsdp_scatter_s[rows.keys].tolist()
     reduce_share = [0.0] * n  # gradient bucket size of the chunk whose last weight gradient a task makes
     if costs.overlap_grad_reduce:
+        position = positions_of(plan)
         for rank in range(pp):
             for task, c, _ in plan.last_weights[rank]:
                 if costs.chunks[rank][c].dp_grad_reduce_s > 0:
-                    reduce_share[rows.position[task]] = costs.chunks[rank][c].dp_grad_reduce_s / buckets
+                    reduce_share[position[task]] = costs.chunks[rank][c].dp_grad_reduce_s / buckets
     dp = list(dp_free)
     gate = [0.0] * (n + 2)
     for rank in range(pp):  # the first task's gather is issued at the start of the step

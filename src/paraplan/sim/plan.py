@@ -171,13 +171,16 @@ def _group_columns(owner: np.ndarray, values: np.ndarray, n_rows: int) -> np.nda
     if (owner[1:] < owner[:-1]).any():
         order = np.argsort(owner, kind="stable")
         owner, values = owner[order], values[order]
-    position = np.arange(len(owner))
     run_start = np.ones(len(owner), dtype=bool)
     run_start[1:] = owner[1:] != owner[:-1]
-    column = position - np.maximum.accumulate(np.where(run_start, position, 0))
-    out = np.zeros((n_rows, int(column.max()) + 1), dtype=np.int64)
-    out[owner, column] = values
-    return out
+    if run_start.all():  # one value a row (the common case)
+        column = np.zeros(len(owner), dtype=np.int64)
+    else:
+        column = np.arange(len(owner)) - np.maximum.accumulate(np.where(run_start, np.arange(len(owner)), 0))
+    width = int(column.max()) + 1
+    out = np.zeros(n_rows * width, dtype=np.int64)
+    out[owner * width + column] = values
+    return out.reshape(n_rows, width)
 
 
 def _acyclic_pairs(
@@ -337,9 +340,12 @@ def _build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired:
     # dependency slots per task: cross-rank inputs in action order, then the release slot
     ff_stage = np.flatnonzero(first_forward)
     order = np.argsort(cons[cross], kind="stable")
-    dep_owner = np.concatenate((cons_task[cross][order], first_forward[ff_stage]))
-    dep_value = np.concatenate((slot[order], release_base + ff_stage))
-    dep_slots = _group_columns(dep_owner, dep_value, n + 1)
+    dep_slots = _group_columns(cons_task[cross][order], slot[order], n + 1)  # owners in order: no sort
+    released = first_forward[ff_stage]
+    after = (dep_slots[released] > 0).sum(axis=1)  # the release slot comes after the cross-rank inputs
+    if len(released) and after.max() >= dep_slots.shape[1]:
+        dep_slots = np.pad(dep_slots, ((0, 0), (0, 1)))
+    dep_slots[released, after] = release_base + ff_stage
     if dep_slots.shape[1] < 2:
         dep_slots = np.pad(dep_slots, ((0, 0), (0, 2 - dep_slots.shape[1])))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from paraplan.sim.costs import PipelineCosts
-from paraplan.sim.loops import rows_of
+from paraplan.sim.loops import positions_of, rows_of
 from paraplan.sim.plan import Plan
 from paraplan.sim.result import Event, SimResult
 from paraplan.sim.tables import DurationTables
@@ -16,8 +16,7 @@ def critical_path_waits(plan: Plan, tl: Timeline) -> dict[str, float]:
     all-gather), "fsdp" (FSDP all-gather). Where a rank was busy until the task started, the walk stays on
     that rank, so only waits that lengthened the step count."""
     start, end, slots = tl.start_s, tl.end_s, tl.slots_s
-    rows = rows_of(plan)
-    cols, position, producer_of = rows.deps, rows.position, plan.send_producer
+    cols, position, producer_of = rows_of(plan).deps, positions_of(plan), plan.send_producer
     send_base, release_base = plan.send_base, plan.release_base
     first_of_rank = set(plan.lo)
     waits = {"pp": 0.0, "dp": 0.0, "fsdp": 0.0}
