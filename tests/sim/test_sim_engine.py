@@ -319,3 +319,14 @@ def test_without_breakdown_the_figures_are_the_same(schedule: str) -> None:
     assert light.step_time_s == full.step_time_s and light.peak_activation_bytes == full.peak_activation_bytes
     assert light.bubble_s == full.bubble_s and light.critical_rank == full.critical_rank
     assert light.breakdown_s == {} and full.breakdown_s
+
+
+@pytest.mark.parametrize("shape", [("dualpipe", 4, 1, 8), ("dualpipev", 4, 1, 12), ("interleaved", 4, 2, 8)])
+def test_pairs_the_numpy_check_keeps_are_those_the_play_keeps(shape: tuple, monkeypatch) -> None:
+    from paraplan.sim import plan as P
+
+    fast = P._build_plan(*shape, True)
+    monkeypatch.setattr(P, "_pairs_runnable", lambda *args: False)  # always play the orders
+    played = P._build_plan(*shape, True)
+    assert fast.first_action.tolist() == played.first_action.tolist()
+    assert len(fast.pair_keys) > 0

@@ -26,22 +26,30 @@ def topological_order(plan: Plan) -> np.ndarray:
 
 
 def static_order(plan: Plan) -> np.ndarray | None:
-    """Tasks sorted by a priority that every dependency increases: start from the position in the rank's
-    order times (pp + 1), plus the rank for forwards and pp - 1 - rank for backwards (their inputs come
-    from the rank below, resp. above, at the same position in the 1F1B family), then raise the priority of
-    every task that does not exceed its cross-rank inputs, and of the tasks after it on its rank, until
-    none is left (none to raise in the 1F1B family; a few rounds for the V and dual schedules)."""
-    n, pp = plan.n_tasks, plan.pp
-    lo = np.array(plan.lo, dtype=np.int64)
-    first = np.repeat(np.concatenate(([0], lo)), np.diff(np.concatenate(([0], lo, [n + 1]))))
-    position = np.arange(n + 1) - first
-    rank = plan.task_rank
-    forward = plan.action_kind[plan.first_action[:-1]] == F
-    priority = position * (pp + 1) + np.where(forward, rank, pp - 1 - rank)
+    """`priority_order` over the plan's cross-rank inputs."""
     slots = plan.dep_slots
     is_send = (slots >= plan.send_base) & (slots < plan.release_base)
     consumer = np.nonzero(is_send)[0]
     producer = plan.send_producer[slots[is_send] - plan.send_base]
+    forward = plan.action_kind[plan.first_action[:-1]] == F
+    return priority_order(plan.task_rank, plan.lo, forward, consumer, producer)
+
+
+def priority_order(
+    rank: np.ndarray, lo: tuple[int, ...], forward: np.ndarray, consumer: np.ndarray, producer: np.ndarray
+) -> np.ndarray | None:
+    """Tasks 1..n (rank r holds lo[r]..lo[r+1]-1, `rank` and `forward` indexed by task, entry 0 unused),
+    sorted by a priority that every dependency increases: start from the position in the rank's order times
+    (pp + 1), plus the rank for forwards and pp - 1 - rank for backwards (their inputs come from the rank
+    below, resp. above, at the same position in the 1F1B family), then raise the priority of every consumer
+    that does not exceed its producer, and of the tasks after it on its rank, until none is left (none to
+    raise in the 1F1B family; a few rounds for the V and dual schedules). None: not settled (a cycle, or
+    more rounds needed)."""
+    n, pp = len(rank) - 1, len(lo)
+    starts = np.array(lo, dtype=np.int64)
+    first = np.repeat(np.concatenate(([0], starts)), np.diff(np.concatenate(([0], starts, [n + 1]))))
+    position = np.arange(n + 1) - first
+    priority = position * (pp + 1) + np.where(forward, rank, pp - 1 - rank)
     segment = np.concatenate(([0], rank[1:] + 1))  # the dummy task 0 apart
     shift = np.arange(n + 1)
     for _ in range(STATIC_ORDER_ROUNDS):

@@ -20,7 +20,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from paraplan.sim.actions import action_arrays
-from paraplan.sim.order import topological_order
+from paraplan.sim.order import priority_order, topological_order
 from paraplan.sim.schedules import BW, KIND_NAMES, Action, B, F, W, chunks_per_rank, stage_paths
 
 N_KINDS = 4  # F, B, W, BW
@@ -183,6 +183,21 @@ def _group_columns(owner: np.ndarray, values: np.ndarray, n_rows: int) -> np.nda
     return out.reshape(n_rows, width)
 
 
+def _pairs_runnable(
+    starts: np.ndarray, cons: np.ndarray, prod: np.ndarray, kind: np.ndarray, rank: np.ndarray, offset: np.ndarray
+) -> bool:
+    """Whether every pair can stay (the tasks with all of them have a topological order): the common case,
+    found with numpy before playing the orders."""
+    second = np.zeros(len(kind), dtype=bool)
+    second[starts + 1] = True
+    task_of = np.cumsum(~second)
+    heads = np.flatnonzero(~second)
+    task_rank = np.concatenate(([0], rank[heads]))
+    forward = np.concatenate(([False], kind[heads] == F))
+    lo = tuple(task_of[offset].tolist())
+    return priority_order(task_rank, lo, forward, task_of[cons], task_of[prod]) is not None
+
+
 def _acyclic_pairs(
     starts: np.ndarray, cons: np.ndarray, prod: np.ndarray, offset: np.ndarray, lengths: np.ndarray
 ) -> np.ndarray:
@@ -299,7 +314,8 @@ def _build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired:
             ok = (kind[starts] == F) & np.isin(kind[starts + 1], (B, BW)) & (mb[starts] != mb[starts + 1])
             starts = starts[ok]
             cross = rank[cons] != rank[prod]
-            starts = _acyclic_pairs(starts, cons[cross], prod[cross], offset, lengths)
+            if not _pairs_runnable(starts, cons[cross], prod[cross], kind, rank, offset):
+                starts = _acyclic_pairs(starts, cons[cross], prod[cross], offset, lengths)
             second[starts + 1] = True
     task_of = np.cumsum(~second)  # 1-based task id of every action
     n = int(task_of[-1]) if n_actions else 0
