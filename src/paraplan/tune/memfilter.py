@@ -102,8 +102,11 @@ Chunk = tuple[int, int, bool]
 
 
 @lru_cache(maxsize=2048)
-def _rank_chunks(model: ModelSpec, pp: int, vpp: int, schedule: str, split: tuple) -> tuple[tuple[Chunk, ...], ...]:
-    """[rank][local chunk] -> the model stage it holds (DualPipe's second chunk is a copy of another stage)."""
+def _rank_chunks(
+    model: ModelSpec, pp: int, vpp: int, schedule: str, split: tuple
+) -> tuple[tuple[tuple[Chunk, ...], ...], tuple[Chunk, ...], np.ndarray]:
+    """[rank][local chunk] -> the model stage it holds (DualPipe's second chunk is a copy of another stage);
+    the distinct stages, and [rank, local chunk] -> index of its stage among them."""
     layout, first, last, account_embedding, account_loss = split
     train = TrainingSpec(
         pipeline_model_parallel_size=pp,
@@ -116,7 +119,10 @@ def _rank_chunks(model: ModelSpec, pp: int, vpp: int, schedule: str, split: tupl
         account_for_loss_in_pipeline_split=account_loss,
     )
     stages = [(s.first_layer, s.num_layers, s.has_head) for s in virtual_stages(model, train)]
-    return tuple(tuple(stages[index] for index in row) for row in chunk_model_stage(schedule, pp, vpp))
+    rank_chunks = tuple(tuple(stages[index] for index in row) for row in chunk_model_stage(schedule, pp, vpp))
+    distinct = tuple(dict.fromkeys(chunk for chunks in rank_chunks for chunk in chunks))
+    where = {chunk: k for k, chunk in enumerate(distinct)}
+    return rank_chunks, distinct, np.array([[where[chunk] for chunk in chunks] for chunks in rank_chunks])
 
 
 @lru_cache(maxsize=4096)
@@ -151,7 +157,7 @@ class GroupMemory:
             train.account_for_embedding_in_pipeline_split,
             train.account_for_loss_in_pipeline_split,
         )
-        self.rank_chunks = _rank_chunks(model, p, train.vpp, schedule, split)
+        self.rank_chunks, self.distinct_chunks, self.chunk_index = _rank_chunks(model, p, train.vpp, schedule, split)
         self.n_chunks = chunks_per_rank(schedule, train.vpp)
         paired = train.moe_ep_overlap or schedule in ("dualpipe", "dualpipev")  # the projection's rule
         self.counts, self.owner, self.starts = _inflight(schedule, p, train.vpp, train.num_microbatches, paired)
@@ -217,15 +223,9 @@ class GroupMemory:
 
     def peak_bytes(self, mode: str, full_layers: int | None = None) -> float:
         """Peak bytes per GPU over the pipeline ranks with this recompute."""
-        memo: dict[Chunk, tuple[float, float]] = {}
-        saved = np.empty((len(self.rank_chunks), self.n_chunks))
-        working = 0.0
-        for rank, chunks in enumerate(self.rank_chunks):
-            for c, chunk in enumerate(chunks):
-                if chunk not in memo:
-                    memo[chunk] = self._chunk_saved(chunk, mode, full_layers)
-                saved[rank, c], chunk_working = memo[chunk]
-                working = max(working, chunk_working)
+        per_chunk = [self._chunk_saved(chunk, mode, full_layers) for chunk in self.distinct_chunks]
+        saved = np.array([chunk_saved for chunk_saved, _ in per_chunk])[self.chunk_index]
+        working = max([0.0] + [chunk_working for _, chunk_working in per_chunk])
         per_row = (self.counts * saved[self.owner]).sum(axis=1)
         activations = np.maximum.reduceat(per_row, self.starts)
         return float((self.state_bytes + activations * (1 + FRAGMENTATION)).max()) + working + self.fixed_bytes
