@@ -3,7 +3,8 @@
 `LoopRows` holds what a plan's loops read, in that order (built once per plan, kept in its memo); the
 loops take the per-call durations. `static_loop` is the hot one (no FSDP, at most two dependency slots a
 task); `full_loop` also plays the DP stream inline (FSDP gathers and reduce-scatters, gradient buckets) and
-takes up to three dependency slots (F&B pairs).
+takes up to three dependency slots (F&B pairs). Both write the rules out (the send FIFO among them): a call
+per task would cost more than a task's whole body.
 """
 
 from __future__ import annotations
