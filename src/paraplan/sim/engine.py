@@ -73,7 +73,7 @@ def simulate(
     if engine not in ("auto", "fast", "events"):
         raise ValueError(f"engine must be auto, fast or events (got {engine!r})")
     plan = plan_for(costs)
-    tables = build_tables(plan, costs)
+    tables = build_tables(plan, costs, parts=breakdown)
     if engine == "events" or (engine == "auto" and record_events):
         timeline = replay(plan, costs, tables, record=record_events)
     else:

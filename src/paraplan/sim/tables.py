@@ -33,8 +33,10 @@ class DurationTables:
     fsdp_scatter_s: np.ndarray  # FSDP reduce-scatter of the gradients the task makes (W, BW)
 
 
-def build_tables(plan: Plan, costs: PipelineCosts) -> DurationTables:
-    """The tables by cost key: a [stage, kind] grid (stage = rank * n_chunks + chunk), then the pairs."""
+def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> DurationTables:
+    """The tables by cost key: a [stage, kind] grid (stage = rank * n_chunks + chunk), then the pairs.
+    parts=False: the durations and FSDP times only, the parts of the durations left zero (a plan with F&B
+    pairs gets them all: its pair durations need the exposed EP communication)."""
     flat = [c for row in costs.chunks for c in row]
     n_base = len(flat) * N_KINDS
     n_keys = plan.n_keys
@@ -42,27 +44,29 @@ def build_tables(plan: Plan, costs: PipelineCosts) -> DurationTables:
     def column(values: list[float]) -> np.ndarray:
         return np.array(values, dtype=np.float64)
 
+    def grid(by_kind: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        out = np.zeros(n_keys)
+        out[:n_base] = np.stack(by_kind, axis=1).ravel()
+        return out
+
     f = column([c.forward_s for c in flat])
     b = column([c.backward_input_s for c in flat])
     w = column([c.backward_weight_s for c in flat])
     zero = np.zeros(len(flat))
+    dur = grid((f, b, w, b + w))
+    gather_s = column([c.fsdp_gather_s for c in flat])
+    scatter_s = column([c.fsdp_reduce_scatter_s for c in flat])
+    gather = grid((gather_s, gather_s, zero, gather_s))
+    scatter = grid((zero, zero, scatter_s, scatter_s))
+    if not parts and not plan.pair_keys:
+        none = np.zeros(n_keys)
+        return DurationTables(dur, none, none, none, {}, {}, gather, scatter)
     with_comm = f + b  # W (weight gradients) communicates nothing
     comm_share = np.zeros((len(flat), N_KINDS))  # the part of a chunk's communication inside each kind
     busy = with_comm > 0
     np.divide(f, with_comm, out=comm_share[:, F], where=busy)
     np.divide(b, with_comm, out=comm_share[:, B], where=busy)
     comm_share[:, BW] = comm_share[:, B]
-
-    def grid(by_kind: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-        out = np.zeros(n_keys)
-        out[:n_base] = np.stack(by_kind, axis=1).ravel()
-        return out
-
-    dur = grid((f, b, w, b + w))
-    gather_s = column([c.fsdp_gather_s for c in flat])
-    scatter_s = column([c.fsdp_reduce_scatter_s for c in flat])
-    gather = grid((gather_s, gather_s, zero, gather_s))
-    scatter = grid((zero, zero, scatter_s, scatter_s))
     exposed, hidden = {}, {}
     comm_in = np.zeros((len(flat), N_KINDS))
     for k in costs.intra_kinds():
