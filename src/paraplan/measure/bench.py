@@ -11,12 +11,13 @@ all-gather and a send/recv ping-pong among local processes, over gloo on CPU (2 
 (all local GPUs, if there are at least 2).
 
 Times follow warm-up calls: medians of CUDA-event times on a GPU, of wall times on a CPU (of the thread's CPU
-times for operators measured with one thread; see `time_us`). torch is imported lazily: importing this
-module does not need it.
+times for operators measured with one thread), operators with the cache flushed before each call (`time_us`).
+torch is imported lazily: importing this module does not need it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -105,21 +106,53 @@ def _torch_dtype(config: BenchConfig) -> Any:
 
 
 # ---- timing --------------------------------------------------------------------------------------------
+FLUSH_DEFAULT_BYTES = 64 * 2**20  # when the cache size cannot be read
+GPU_FLUSH_BYTES = 256 * 2**20  # as triton.testing.do_bench: well above any GPU's L2
+
+
+def _cpu_cache_bytes() -> int:
+    """The largest CPU cache (the last level) from Linux sysfs, or FLUSH_DEFAULT_BYTES / 2."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip().upper()
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes) if sizes else FLUSH_DEFAULT_BYTES // 2
+
+
+@functools.cache
+def _flush_buffer(device: str) -> Any:
+    """A buffer twice the last-level cache (256 MiB on a GPU) whose rewrite evicts what a kernel left there."""
+    torch = _torch()
+    nbytes = GPU_FLUSH_BYTES if device.startswith("cuda") else 2 * _cpu_cache_bytes()
+    return torch.empty(nbytes // 4, dtype=torch.float32, device=device)
+
+
 def time_us(fn: Callable[[], Any], config: BenchConfig, wall: bool = False) -> float:
     """Median time of `fn` in microseconds over `config.repeats` calls: CUDA-event times on a GPU; on a CPU
     the wall times, or with one CPU thread (`threads=1`) the calling thread's CPU times unless `wall` (the op
     runs on that thread alone, and time it spent preempted by other processes does not count). The median,
     not the minimum that `timeit` advises for comparing code: a profile predicts a typical training step,
     which is the median of its steps, made of typical kernel times, not of each kernel's luckiest run. A
-    collective (`wall`) waits for its slowest peer in a real step as well."""
+    collective (`wall`) waits for its slowest peer in a real step as well.
+
+    Operators run with a cold cache: before each timed call a buffer twice the last-level cache is rewritten,
+    as `triton.testing.do_bench` flushes a GPU's L2. A training step streams far more than the cache holds
+    (weights, saved activations, gradients), so an op meets its operands in memory, not in the cache that a
+    loop over the same tensors would keep warm."""
     torch = _torch()
     for _ in range(config.warmup):
         fn()
     samples: list[float] = []
+    flush = None if wall else _flush_buffer("cuda" if config.on_gpu else "cpu")
     if config.on_gpu:
         torch.cuda.synchronize()
         for _ in range(config.repeats):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if flush is not None:
+                flush.zero_()  # queued before the start event: not timed
             start.record()
             fn()
             end.record()
@@ -128,6 +161,8 @@ def time_us(fn: Callable[[], Any], config: BenchConfig, wall: bool = False) -> f
     else:
         clock = time.perf_counter if wall or config.threads != 1 else time.thread_time
         for _ in range(config.repeats):
+            if flush is not None:
+                flush.zero_()
             t0 = clock()
             fn()
             samples.append((clock() - t0) * 1e6)
@@ -548,9 +583,9 @@ def _write_metadata(out: Path, gpu: str, config: BenchConfig) -> Path:
         "dtype": config.dtype,
         "quick": config.quick,
         "threads": torch.get_num_threads() if not config.on_gpu else None,
-        "timing": "median of CUDA events"
-        if config.on_gpu
-        else "median of wall times" + (" (operators: of thread CPU times)" if config.threads == 1 else ""),
+        "timing": ("median of CUDA events" if config.on_gpu else "median of wall times")
+        + (" (operators: of thread CPU times)" if config.threads == 1 and not config.on_gpu else "")
+        + "; operators with the last-level cache flushed before each call",
         "warmup": config.warmup,
         "repeats": config.repeats,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
