@@ -74,14 +74,21 @@ _CTX_REGISTRY: dict[tuple, BlockContext] = {}
 _CTX_REGISTRY_LIMIT = 1024  # calibration fits create a context per trial: bound the registry and its cache
 
 
+BLOCK_AXES = (CommAxis.TP, CommAxis.CP, CommAxis.EP, CommAxis.ETP)
+"""The groups a block's operators communicate over (DP and PP act between blocks): the block contexts, and
+so the cached block costs, do not depend on the others."""
+
+
 def _context(
     system: SystemSpec, train: TrainingSpec, cal: Calibration, timer: Callable[[Op], tuple[float, str]] | None
-) -> tuple:
+) -> tuple[tuple, dict[CommAxis, GroupPlacement]]:
+    """(the key of the block context in the registry, every group's placement)."""
     groups = group_placements(train, system)
+    block_groups = {axis: groups[axis] for axis in BLOCK_AXES}
     key = (
         system,
         cal,
-        tuple(sorted((axis.value, g) for axis, g in groups.items())),
+        tuple((axis.value, g) for axis, g in block_groups.items()),
         train.tp_comm_overlap,
         train.moe_ep_overlap or train.pipeline_schedule in ("dualpipe", "dualpipev"),
         id(timer) if timer is not None else None,
@@ -91,8 +98,8 @@ def _context(
             _CTX_REGISTRY.clear()
             _cached_block.cache_clear()
             _cached_stage_sums.cache_clear()
-        _CTX_REGISTRY[key] = BlockContext(system, cal, groups, key[3], key[4], timer)
-    return key
+        _CTX_REGISTRY[key] = BlockContext(system, cal, block_groups, key[3], key[4], timer)
+    return key, groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +174,7 @@ class _StageSums:
     max_full_saved: float = 0.0
 
 
-@lru_cache(maxsize=_BLOCK_CACHE_SIZE)
+@lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)  # a tuner run meets a few thousand stages; each entry is small
 def _cached_stage_sums(parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple) -> _StageSums:
     return _stage_sums(parts, model, shard, ctx_key, None)
 
@@ -243,8 +250,7 @@ def project_specs(
     train = check(model, system, train)
     cal = options.calibration or calibration_for(system.gpu.name, train.framework)
     shard = L.Shard.of(train)
-    ctx_key = _context(system, train, cal, options.timer)
-    ctx = _CTX_REGISTRY[ctx_key]
+    ctx_key, groups = _context(system, train, cal, options.timer)
     stages = virtual_stages(model, train)
     chunks = chunks_per_rank(train)
     holder = chunk_model_stage(train.pipeline_schedule, train.pp, train.vpp)
@@ -272,7 +278,7 @@ def project_specs(
         max_full_saved = max(max_full_saved, total.max_full_saved)
         flops_model += 3 * total.flops
         flops_hw += 3 * total.flops + total.recompute_flops
-    chunk_costs = {parts: _chunk_cost(total, train, system, cal, ctx.groups, chunks) for parts, total in sums.items()}
+    chunk_costs = {parts: _chunk_cost(total, train, system, cal, groups, chunks) for parts, total in sums.items()}
     stage_costs = [chunk_costs[parts] for parts in stage_parts]
     # rank r, local chunk c holds model stage holder[r][c] (DualPipe's second chunk is a copy)
     grid = tuple(tuple(stage_costs[index][0] for index in row) for row in holder)
@@ -280,9 +286,7 @@ def project_specs(
     rank_dense_params = [sum(stage_costs[i][2] for i in row) for row in holder]
     rank_expert_params = [sum(stage_costs[i][3] for i in row) for row in holder]
     p2p_bytes = layer_input_bytes
-    p2p_s = (
-        collective_time_s(CommKind.SEND_RECV, p2p_bytes, ctx.groups[CommAxis.PP], system, cal) if train.pp > 1 else 0
-    )
+    p2p_s = collective_time_s(CommKind.SEND_RECV, p2p_bytes, groups[CommAxis.PP], system, cal) if train.pp > 1 else 0
     edp = expert_dp(train)
     optimizer_s = [
         _optimizer_time(rank_dense_params[r], rank_expert_params[r], train, edp, system, cal) for r in range(train.pp)
