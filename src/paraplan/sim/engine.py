@@ -10,13 +10,17 @@ Two engines compute the same timeline:
   per-event objects and no heap (`paraplan.sim.loops`; the order: `paraplan.sim.order`).
   Sends keep the FIFO rule of the rank's pp stream; the DP stream (parameter gathers, gradient buckets,
   FSDP) follows the issue order of `paraplan.sim.timeline`. Tests check that both engines agree on random
-  cases.
+  cases. With numba installed (the extra `fast`) the loops run compiled once loaded (`paraplan.sim.loops_jit`:
+  when and why; the same floats to the bit); PARAPLAN_NO_JIT=1 keeps the pure-Python ones.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from paraplan.sim import loops_jit
 from paraplan.sim.costs import PipelineCosts
-from paraplan.sim.loops import full_loop, rows_of, static_loop
+from paraplan.sim.loops import full_loop, full_loop_jit, jit_rows_of, rows_of, static_loop
 from paraplan.sim.plan import Plan, build_plan
 from paraplan.sim.replay import replay
 from paraplan.sim.result import SimResult
@@ -81,10 +85,12 @@ def simulate(
     return summarize(plan, costs, tables, timeline, record_events=record_events, breakdown=breakdown)
 
 
-def _initial_slots(plan: Plan, costs: PipelineCosts, key_dur: list[float]) -> tuple[list[float], list[float]]:
-    """Time slots before the run (release slots filled) and each rank's DP stream free time after the
-    previous step's parameter all-gather, which heads the DP stream when it overlaps the first forwards."""
-    t = [0.0] * plan.n_slots
+def _initial_slots(
+    plan: Plan, costs: PipelineCosts, key_dur: list[float]
+) -> tuple[list[tuple[int, float]], list[float]]:
+    """The release slots filled before the run, (slot, time) each, and each rank's DP stream free time after
+    the previous step's parameter all-gather, which heads the DP stream when it overlaps the first forwards."""
+    released = []
     dp_free = [0.0] * plan.pp
     if costs.overlap_param_gather:
         buckets = costs.dp_buckets_per_chunk
@@ -96,30 +102,55 @@ def _initial_slots(plan: Plan, costs: PipelineCosts, key_dur: list[float]) -> tu
                 if gather > 0:
                     lead = param_lead_s(gather, key_dur[key], buckets)
                     first_end = at + lead
-                    t[plan.release_base + rank * plan.n_chunks + c] = first_end
+                    released.append((plan.release_base + rank * plan.n_chunks + c, first_end))
                     at = first_end + (gather - lead)
             dp_free[rank] = at
-    return t, dp_free
+    return released, dp_free
 
 
-def fast_timeline(plan: Plan, costs: PipelineCosts, tables: DurationTables) -> Timeline:
-    """Every task's start and end without the event queue (see the module docstring)."""
+def fast_timeline(plan: Plan, costs: PipelineCosts, tables: DurationTables, *, jit: bool | None = None) -> Timeline:
+    """Every task's start and end without the event queue (see the module docstring). jit: the compiled
+    loops (lists become float64 arrays in the timeline); None: as `paraplan.sim.loops_jit.use` says."""
     n = plan.n_tasks
-    rows = rows_of(plan)
-    durs = tables.dur_s[rows.keys].tolist()
     key_dur = tables.dur_s.tolist()
-    t, dp_free = _initial_slots(plan, costs, key_dur)
-    start = [0.0] * (n + 1)
-    if plan.max_deps > 2 or tables.fsdp_gather_s.any() or tables.fsdp_scatter_s.any():
-        return full_loop(plan, rows, costs, tables, durs, t, start, dp_free)
-    static_loop(rows, durs, t, start, costs.p2p_s, plan.pp)
-    end = t[: n + 1]
+    released, dp_free = _initial_slots(plan, costs, key_dur)
+    fsdp = plan.max_deps > 2 or tables.fsdp_gather_s.any() or tables.fsdp_scatter_s.any()
+    if jit if jit is not None else loops_jit.use(n):
+        rows = jit_rows_of(plan)
+        t = np.zeros(plan.n_slots)
+        for slot, at in released:
+            t[slot] = at
+        start = np.zeros(n + 1)
+        if fsdp:
+            return full_loop_jit(plan, rows, costs, tables, t, start, dp_free)
+        static, _ = loops_jit.loops()
+        static(
+            rows.tasks, rows.dep0, rows.dep1, rows.ranks, rows.send0, rows.send1, rows.keys, tables.dur_s, t, start,
+            float(costs.p2p_s), plan.pp,
+        )  # fmt: skip
+        end = t[: n + 1].copy()
+    else:
+        rows = rows_of(plan)
+        durs = tables.dur_s[rows.keys].tolist()
+        t = [0.0] * plan.n_slots
+        for slot, at in released:
+            t[slot] = at
+        start = [0.0] * (n + 1)
+        if fsdp:
+            return full_loop(plan, rows, costs, tables, durs, t, start, dp_free)
+        static_loop(rows, durs, t, start, costs.p2p_s, plan.pp)
+        end = t[: n + 1]
     end[0] = 0.0
     return Timeline(start, end, t, _grad_reduction(plan, costs, start, end, key_dur, dp_free))
 
 
 def _grad_reduction(
-    plan: Plan, costs: PipelineCosts, start: list[float], end: list[float], key_dur: list[float], dp_free: list[float]
+    plan: Plan,
+    costs: PipelineCosts,
+    start: list[float] | np.ndarray,
+    end: list[float] | np.ndarray,
+    key_dur: list[float],
+    dp_free: list[float],
 ) -> list[float]:
     """Per rank: when the last backward and the gradient reduction (DP stream, after the parameter
     all-gather) have both finished."""
@@ -128,7 +159,7 @@ def _grad_reduction(
     for rank in range(plan.pp):
         row = costs.chunks[rank]
         lo, hi = plan.lo[rank], plan.hi[rank]
-        last = end[hi - 1] if hi > lo else 0.0
+        last = float(end[hi - 1]) if hi > lo else 0.0
         done = last
         at = dp_free[rank]
         for task, c, key in plan.last_weights[rank]:
@@ -138,7 +169,7 @@ def _grad_reduction(
             if costs.overlap_grad_reduce:
                 share = reduce_s / buckets
                 for delay in bucket_delays_s(key_dur[key], buckets):
-                    ready = start[task] + delay
+                    ready = float(start[task]) + delay
                     at = (at if at > ready else ready) + share
             else:
                 at = (at if at > last else last) + reduce_s

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.sim.costs import PipelineCosts
+from paraplan.sim.loops_jit import JitRows, loops
 from paraplan.sim.plan import Plan
 from paraplan.sim.tables import DurationTables
 from paraplan.sim.timeline import Timeline, bucket_delays_s
@@ -59,14 +60,45 @@ def positions_of(plan: Plan) -> list[int]:
     return position
 
 
-def loop_rows(plan: Plan, order: np.ndarray) -> LoopRows:
+def jit_rows_of(plan: Plan) -> JitRows:
+    """The compiled loops' rows of a plan (int64 arrays), built once and kept in its memo."""
+    rows = plan.memo.get("jit_rows")
+    if rows is None:
+        order = plan.order
+
+        def column(values: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(values[order], dtype=np.int64)
+
+        deps = [column(plan.dep_slots[:, j]) for j in range(plan.max_deps)]
+        deps += [np.zeros(plan.n_tasks, dtype=np.int64)] * (MAX_DEPS - len(deps))
+        rows = plan.memo["jit_rows"] = JitRows(
+            tasks=column(np.arange(plan.n_tasks + 1)),
+            dep0=deps[0],
+            dep1=deps[1],
+            dep2=deps[2],
+            ranks=column(plan.task_rank),
+            send0=column(plan.send_slots[:, 0]),
+            send1=column(plan.send_slots[:, 1]),
+            keys=column(plan.cost_key),
+            next_keys=column(_next_keys(plan)),
+        )
+    return rows
+
+
+def _next_keys(plan: Plan) -> np.ndarray:
+    """[1 + n]: the cost key of the next task on the rank (the extra key `n_keys` after a rank's last)."""
     if plan.max_deps > MAX_DEPS:
         raise ValueError(f"a task waits for {plan.max_deps} slots; the loops take {MAX_DEPS}")
-    n = plan.n_tasks
-    last = np.zeros(n + 1, dtype=bool)
+    last = np.zeros(plan.n_tasks + 1, dtype=bool)
     last[[h - 1 for h in plan.hi]] = True
     next_keys = np.append(plan.cost_key[1:], plan.n_keys)
     next_keys[last] = plan.n_keys
+    return next_keys
+
+
+def loop_rows(plan: Plan, order: np.ndarray) -> LoopRows:
+    n = plan.n_tasks
+    next_keys = _next_keys(plan)
 
     def column(values: np.ndarray) -> list[int]:
         return values[order].tolist() if values.any() else [0] * n  # many columns are all zero
@@ -195,10 +227,68 @@ def full_loop(
             scatters_done[r] = dp[r]
     end = t[: n + 1]
     end[0] = 0.0
-    rank_done, tail_kind = [], []
+    rank_done, tail_kind = _tail(plan, costs, end, dp, grads_done, scatters_done)
+    gates = FsdpGates(gate, gathers[plan.cost_key] > 0)
+    return Timeline(start, end, t, rank_done, gates, tail_kind=tail_kind)
+
+
+def full_loop_jit(
+    plan: Plan,
+    rows: JitRows,
+    costs: PipelineCosts,
+    tables: DurationTables,
+    t: np.ndarray,
+    start: np.ndarray,
+    dp_free: list[float],
+) -> Timeline:
+    """`full_loop` compiled (`paraplan.sim.loops_jit`): the same set-up and tail around it, on arrays."""
+    n, pp = plan.n_tasks, plan.pp
+    buckets = costs.dp_buckets_per_chunk
+    gathers = tables.fsdp_gather_s
+    reduce_share = np.zeros(n)
+    if costs.overlap_grad_reduce:
+        position = positions_of(plan)
+        for rank in range(pp):
+            for task, c, _ in plan.last_weights[rank]:
+                if costs.chunks[rank][c].dp_grad_reduce_s > 0:
+                    reduce_share[position[task]] = costs.chunks[rank][c].dp_grad_reduce_s / buckets
+    dp = list(dp_free)
+    gate = np.zeros(n + 2)
     for rank in range(pp):
+        head = plan.lo[rank]
+        head_gather = float(gathers[plan.cost_key[head]]) if head < plan.hi[rank] else 0.0
+        if head_gather > 0:
+            dp[rank] += head_gather
+            gate[head] = dp[rank]
+    dp_s = np.array(dp, dtype=np.float64)
+    free = gate[list(plan.lo)]
+    grads_done, scatters_done = np.zeros(pp), np.zeros(pp)
+    _, full = loops()
+    full(
+        rows.tasks, rows.dep0, rows.dep1, rows.dep2, rows.ranks, rows.send0, rows.send1, rows.keys, rows.next_keys,
+        tables.dur_s, np.append(gathers, 0.0), tables.fsdp_scatter_s, reduce_share, int(buckets),
+        t, start, dp_s, gate, free, grads_done, scatters_done, float(costs.p2p_s),
+    )  # fmt: skip
+    end = t[: n + 1].copy()
+    end[0] = 0.0
+    rank_done, tail_kind = _tail(plan, costs, end, dp_s.tolist(), grads_done.tolist(), scatters_done.tolist())
+    gates = FsdpGates(gate, gathers[plan.cost_key] > 0)
+    return Timeline(start, end, t, rank_done, gates, tail_kind=tail_kind)
+
+
+def _tail(
+    plan: Plan,
+    costs: PipelineCosts,
+    end: list[float] | np.ndarray,
+    dp: list[float],
+    grads_done: list[float],
+    scatters_done: list[float],
+) -> tuple[list[float], list[str]]:
+    """Per rank: when its last backward, gradient reduction and reduce-scatters are done, and which came last."""
+    rank_done, tail_kind = [], []
+    for rank in range(plan.pp):
         lo, hi = plan.lo[rank], plan.hi[rank]
-        last = end[hi - 1] if hi > lo else 0.0
+        last = float(end[hi - 1]) if hi > lo else 0.0
         grads = max(last, grads_done[rank])
         if not costs.overlap_grad_reduce:
             at = dp[rank]
@@ -210,20 +300,24 @@ def full_loop(
         scatter = max(last, scatters_done[rank])
         rank_done.append(max(grads, scatter))
         tail_kind.append("fsdp" if scatter > grads else "dp")
-    gates = FsdpGates(gate, gathers[plan.cost_key] > 0)
-    return Timeline(start, end, t, rank_done, gates, tail_kind=tail_kind)
+    return rank_done, tail_kind
 
 
 class FsdpGates(Mapping[int, tuple[float, str]]):
     """Task -> (when the FSDP gather it waits for arrives, "fsdp"), read off the loop's gate list."""
 
-    def __init__(self, gate: list[float], gated: np.ndarray) -> None:
-        self._gate = gate
+    def __init__(self, gate: list[float] | np.ndarray, gated: np.ndarray) -> None:
+        self._gate = gate  # an array from the compiled loop: made a list on the first read
         self._gated = gated.tobytes()  # [1 + n]: 1 where the task's parameters are gathered (index 0 unused)
 
     def get(self, task: int, default: tuple[float, str] | None = None) -> tuple[float, str] | None:
         """Without the generic Mapping.get's exception: the critical-path walk asks for every task."""
-        return (self._gate[task], "fsdp") if 0 < task < len(self._gated) and self._gated[task] else default
+        if 0 < task < len(self._gated) and self._gated[task]:
+            gate = self._gate
+            if type(gate) is not list:
+                gate = self._gate = gate.tolist()
+            return (gate[task], "fsdp")
+        return default
 
     def __getitem__(self, task: int) -> tuple[float, str]:
         found = self.get(task)

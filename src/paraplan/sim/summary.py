@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from paraplan.sim.costs import PipelineCosts
 from paraplan.sim.loops import positions_of, rows_of
 from paraplan.sim.plan import Plan
@@ -16,6 +18,8 @@ def critical_path_waits(plan: Plan, tl: Timeline) -> dict[str, float]:
     all-gather), "fsdp" (FSDP all-gather). Where a rank was busy until the task started, the walk stays on
     that rank, so only waits that lengthened the step count."""
     start, end, slots = tl.start_s, tl.end_s, tl.slots_s
+    if isinstance(start, np.ndarray):  # from the compiled loops: lists read faster one by one
+        start, end, slots = start.tolist(), end.tolist(), slots.tolist()
     cols, position, producer_of = rows_of(plan).deps, positions_of(plan), plan.send_producer
     send_base, release_base = plan.send_base, plan.release_base
     first_of_rank = set(plan.lo)
@@ -66,7 +70,7 @@ def summarize(
     step time and memory alone)."""
     pp, n_chunks = plan.pp, plan.n_chunks
     end = tl.end_s
-    pipeline_s = max((end[h - 1] for lo, h in zip(plan.lo, plan.hi, strict=True) if h > lo), default=0.0)
+    pipeline_s = max((float(end[h - 1]) for lo, h in zip(plan.lo, plan.hi, strict=True) if h > lo), default=0.0)
     busy = (plan.key_counts @ tables.dur_s).tolist()
     rank_done = list(tl.rank_done_s)
     sync_s = max(rank_done)

@@ -24,7 +24,7 @@ from paraplan.sim.result import Event
 
 @dataclass
 class Timeline:
-    start_s: list[float]  # [1 + n] per task
+    start_s: list[float]  # [1 + n] per task (the compiled loops give float64 arrays for the three)
     end_s: list[float]  # [1 + n] per task
     slots_s: list[float]  # every time slot of the plan (task ends, send arrivals, releases)
     rank_done_s: list[float]  # per rank: last backward and gradient reduction both done

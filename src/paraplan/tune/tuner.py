@@ -310,6 +310,7 @@ def tune(
     interrupted = False
     try:
         _resume(run)
+        _warm_up_loops()
         if candidates is not None:
             _rank_candidates(run, candidates)
         else:
@@ -380,6 +381,15 @@ def _rank_candidates(run: _Run, candidates: Sequence[Candidate | TrainingSpec]) 
     for report in run.executor.run(tasks):
         ledger.done += len(report.evaluations) + len(report.rejections)
         ledger.add(report)
+
+
+def _warm_up_loops() -> None:
+    """Load (or compile) the simulator's compiled loops before the seed planner times a projection and before
+    the pool forks: the workers inherit them."""
+    from paraplan.sim import loops_jit
+
+    if loops_jit.available():
+        loops_jit.warm_up()
 
 
 def _seed(run: _Run) -> None:

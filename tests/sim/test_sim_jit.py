@@ -1,0 +1,109 @@
+"""The compiled loops (numba, the extra `fast`) give the pure-Python loops' times to the bit."""
+
+import random
+
+import numpy as np
+import pytest
+
+from paraplan.sim.costs import ChunkCost, PipelineCosts
+from paraplan.sim.engine import fast_timeline, plan_for, simulate
+from paraplan.sim.schedules import SCHEDULES, chunks_per_rank, validate_schedule
+from paraplan.sim.tables import build_tables
+
+pytest.importorskip("numba")
+
+SHAPES = [(1, 1, 4), (2, 1, 4), (2, 2, 8), (3, 1, 7), (4, 1, 8), (4, 2, 16), (4, 3, 12), (8, 1, 16), (8, 4, 32)]
+
+
+def cases() -> list[tuple[str, int, int, int]]:
+    out = []
+    for schedule in SCHEDULES:
+        for pp, vpp, m in SHAPES:
+            v = vpp if schedule == "interleaved" else 1
+            if schedule in ("dualpipe", "dualpipev") and m % 2:
+                m += 1
+            if not validate_schedule(schedule, pp, v, m):
+                out.append((schedule, pp, v, m))
+    return out
+
+
+def costs_of(rng: random.Random, schedule: str, pp: int, vpp: int, m: int, fsdp: bool) -> PipelineCosts:
+    def chunk() -> ChunkCost:
+        f = rng.uniform(0.2, 2.0)
+        return ChunkCost(
+            forward_s=f,
+            backward_input_s=f * rng.uniform(1.0, 2.5),
+            backward_weight_s=f * rng.uniform(0.0, 1.2),
+            comm_total_s={"tp": rng.uniform(0, 0.3), "ep": rng.uniform(0, 0.8)},
+            comm_exposed_s={"tp": rng.uniform(0, 0.1), "ep": rng.uniform(0, 0.5)},
+            activation_bytes=rng.uniform(1, 10),
+            dp_grad_reduce_s=rng.choice([0.0, rng.uniform(0, 3)]),
+            dp_param_gather_s=rng.choice([0.0, rng.uniform(0, 3)]),
+            fsdp_gather_s=fsdp * rng.uniform(0, 2),
+            fsdp_reduce_scatter_s=fsdp * rng.uniform(0, 2),
+        )
+
+    n_chunks = chunks_per_rank(schedule, vpp)
+    return PipelineCosts(
+        schedule=schedule,
+        num_microbatches=m,
+        chunks=tuple(tuple(chunk() for _ in range(n_chunks)) for _ in range(pp)),
+        p2p_s=rng.choice([0.0, rng.uniform(0, 0.2), rng.uniform(0.5, 3.0)]),  # big p2p makes sends queue
+        optimizer_s=tuple(rng.uniform(0, 1) for _ in range(pp)),
+        overlap_grad_reduce=rng.random() < 0.5,
+        overlap_param_gather=rng.random() < 0.5,
+        ep_overlap=rng.choice([None, True, False]),
+        dp_buckets_per_chunk=rng.choice([1, 4, 8]),
+    )
+
+
+def bits(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.float64).view(np.uint64)
+
+
+@pytest.mark.parametrize("fsdp", [False, True])
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_compiled_loops_give_the_same_bits(schedule: str, fsdp: bool) -> None:
+    rng = random.Random(f"{schedule} {fsdp}")
+    shapes = [c for c in cases() if c[0] == schedule]
+    assert len(shapes) >= 4
+    for _, pp, vpp, m in shapes:
+        for _ in range(3):
+            costs = costs_of(rng, schedule, pp, vpp, m, fsdp)
+            plan = plan_for(costs)
+            tables = build_tables(plan, costs)
+            py = fast_timeline(plan, costs, tables, jit=False)
+            jit = fast_timeline(plan, costs, tables, jit=True)
+            assert isinstance(jit.start_s, np.ndarray) and isinstance(py.start_s, list)
+            for name in ("start_s", "end_s", "slots_s", "rank_done_s"):
+                assert np.array_equal(bits(getattr(py, name)), bits(getattr(jit, name))), (name, schedule, pp, vpp, m)
+            assert py.tail_kind == jit.tail_kind
+            assert dict(py.gates) == dict(jit.gates)
+            assert all(type(x) is float for x in jit.rank_done_s)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_simulate_is_the_same_with_and_without_the_compiled_loops(schedule: str, monkeypatch) -> None:
+    rng = random.Random(schedule)
+    for _, pp, vpp, m in [c for c in cases() if c[0] == schedule]:
+        costs = costs_of(rng, schedule, pp, vpp, m, rng.random() < 0.5)
+        for breakdown in (True, False):
+            monkeypatch.delenv("PARAPLAN_NO_JIT", raising=False)
+            compiled = simulate(costs, breakdown=breakdown)
+            monkeypatch.setenv("PARAPLAN_NO_JIT", "1")
+            python = simulate(costs, breakdown=breakdown)
+            assert compiled == python
+            assert type(compiled.step_time_s) is float and bits(compiled.step_time_s) == bits(python.step_time_s)
+
+
+def test_the_engine_loads_the_compiled_loops_once_they_pay(monkeypatch) -> None:
+    from paraplan.sim import loops_jit
+
+    monkeypatch.setattr(loops_jit, "_loops", [])  # not loaded: this process has played no task yet
+    monkeypatch.setattr(loops_jit, "_python_tasks", [0])
+    monkeypatch.delenv("PARAPLAN_NO_JIT", raising=False)
+    assert not loops_jit.use(loops_jit.LOAD_AFTER_TASKS - 1)
+    assert loops_jit.use(1) and loops_jit._loops  # loaded now
+    assert loops_jit.use(1)
+    monkeypatch.setenv("PARAPLAN_NO_JIT", "1")
+    assert not loops_jit.use(1) and not loops_jit.available()
