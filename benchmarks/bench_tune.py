@@ -6,17 +6,26 @@ recipe for the setting: the NeMo / Megatron-Bridge Llama3 70B H100 performance r
 (sequence parallel, distributed optimizer with overlapped grad reduce and param gather, TP comm overlap, no
 recompute), projected with the same core, in BF16 and FP8.
 
-Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only]
+With numba installed (the extra `fast`), the simulator's loops run compiled; the benchmark then first runs
+itself with PARAPLAN_NO_JIT=1 in a subprocess (the pure-Python loops: the baseline) and prints the ratios.
+The compiled loops are loaded (or compiled) before the timed search, and that time is printed on its own.
+
+Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only] [--no-baseline]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
+import subprocess
+import sys
+import tempfile
 import time
 
 from paraplan.projection import project_specs
+from paraplan.sim import loops_jit
 from paraplan.specs.presets import model_preset, system_preset
 from paraplan.tune.candidate import Candidate, TuneProblem, to_training
 from paraplan.tune.space import parse_constraints
@@ -51,7 +60,7 @@ def nemo_recipe(precision: str) -> Candidate:
     )
 
 
-def run(precision: str, workers: int | None) -> tuple[TuneResult, float]:
+def run(precision: str, workers: int | None) -> tuple[TuneResult, float, float]:
     problem = TuneProblem(
         model_preset("llama3.1-70b"),
         (system_preset("h100-sxm5-80gb", GPUS),),
@@ -100,7 +109,19 @@ def run(precision: str, workers: int | None) -> tuple[TuneResult, float]:
     )
     ratio = recipe.step_time_s / best.step_time_s
     print(f"best vs recipe: {ratio:.3f}x the recipe's throughput (target >= 1.000)")
-    return result, ratio
+    return result, ratio, wall_s
+
+
+def baseline(args: argparse.Namespace) -> dict:
+    """This benchmark with the pure-Python loops (PARAPLAN_NO_JIT=1), in a subprocess: its figures by precision."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        command = [sys.executable, __file__, "--no-baseline", "--summary", out.name]
+        command += ["--bf16-only"] if args.bf16_only else []
+        command += ["--workers", str(args.workers)] if args.workers else []
+        print("baseline: the pure-Python loops (PARAPLAN_NO_JIT=1), in a subprocess ...", flush=True)
+        subprocess.run(command, check=True, env={**os.environ, "PARAPLAN_NO_JIT": "1"}, stdout=subprocess.DEVNULL)
+        with open(out.name) as f:
+            return json.load(f)
 
 
 def _cpu_s() -> float:
@@ -113,10 +134,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=None, help="processes (default: CPU count)")
     parser.add_argument("--bf16-only", action="store_true", help="skip the FP8 search")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the pure-Python loops' run")
+    parser.add_argument("--summary", help=argparse.SUPPRESS)  # JSON figures (the baseline subprocess)
     args = parser.parse_args()
-    print(f"CPUs: {os.cpu_count()}")
+    print(f"CPUs: {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}")
+    began = time.perf_counter()
+    jit = loops_jit.available()  # imports numba
+    import_s = time.perf_counter() - began
+    base = baseline(args) if jit and not args.no_baseline else {}
+    if jit:
+        # cold cost of the compiled loops, outside the timed search: numba's import and the cache load (or the
+        # compilation, on the very first run); the tuner's pool workers fork after it and inherit the code
+        load_s = loops_jit.warm_up()
+        print(f"compiled loops: numba import {import_s:.2f} s + cache load (or compile) {load_s:.2f} s, untimed")
+    else:
+        print("pure-Python loops (numba not installed, or PARAPLAN_NO_JIT=1)")
+    summary = {}
     for precision in ("bf16",) if args.bf16_only else ("bf16", "fp8"):
-        run(precision, args.workers)
+        result, _, wall_s = run(precision, args.workers)
+        summary[precision] = {"rate": result.candidates_per_s, "wall_s": wall_s}
+        if precision in base:
+            b = base[precision]
+            print(
+                f"vs the pure-Python loops: {b['rate']:,.0f}/s in {b['wall_s']:.1f} s -> "
+                f"{result.candidates_per_s:,.0f}/s in {wall_s:.1f} s ({result.candidates_per_s / b['rate']:.2f}x)"
+            )
+    if args.summary:
+        with open(args.summary, "w") as f:
+            json.dump(summary, f)
 
 
 if __name__ == "__main__":
