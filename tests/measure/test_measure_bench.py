@@ -59,3 +59,19 @@ def test_measure_cuda_without_a_gpu(tmp_path: Path, cli_app) -> None:
         pytest.skip("a CUDA device is present")
     result = CliRunner().invoke(cli_app, ["measure", "--device", "cuda", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "no CUDA device" in result.stderr
+
+
+def test_cache_flush_buffer_is_twice_the_last_level_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Operators are timed cold: the flush buffer is twice the largest cache sysfs lists (K/M suffixes)."""
+    from paraplan.measure import bench
+
+    for index, size in enumerate(("48K", "1024K", "32M")):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+    real_path = bench.Path
+    monkeypatch.setattr(
+        bench, "Path", lambda p: tmp_path if str(p) == "/sys/devices/system/cpu/cpu0/cache" else real_path(p)
+    )
+    assert bench._cpu_cache_bytes() == 32 * 2**20
+    monkeypatch.setattr(bench, "Path", lambda p: tmp_path / "missing")
+    assert bench._cpu_cache_bytes() == bench.FLUSH_DEFAULT_BYTES // 2
