@@ -4,6 +4,7 @@ import math
 import random
 
 import pytest
+from random_costs import random_chunk
 
 from paraplan.sim.costs import ChunkCost, PipelineCosts, uniform_chunk, uniform_costs
 from paraplan.sim.engine import simulate
@@ -143,25 +144,10 @@ def random_costs(rng: random.Random, schedule: str) -> PipelineCosts:
     n_chunks = chunks_per_rank(schedule, vpp)
     fsdp = rng.random() < 0.3
 
-    def chunk() -> ChunkCost:
-        f = rng.uniform(0.2, 2.0)
-        return ChunkCost(
-            forward_s=f,
-            backward_input_s=f * rng.uniform(1.0, 2.5),
-            backward_weight_s=f * rng.uniform(0.0, 1.2),
-            comm_total_s={"tp": rng.uniform(0, 0.3), "ep": rng.uniform(0, 0.8)},
-            comm_exposed_s={"tp": rng.uniform(0, 0.1), "ep": rng.uniform(0, 0.5)},
-            activation_bytes=rng.uniform(1, 10),
-            dp_grad_reduce_s=rng.choice([0.0, rng.uniform(0, 3)]),
-            dp_param_gather_s=rng.choice([0.0, rng.uniform(0, 3)]),
-            fsdp_gather_s=fsdp * rng.uniform(0, 2),
-            fsdp_reduce_scatter_s=fsdp * rng.uniform(0, 2),
-        )
-
     return PipelineCosts(
         schedule=schedule,
         num_microbatches=m,
-        chunks=tuple(tuple(chunk() for _ in range(n_chunks)) for _ in range(pp)),
+        chunks=tuple(tuple(random_chunk(rng, fsdp) for _ in range(n_chunks)) for _ in range(pp)),
         p2p_s=rng.choice([0.0, rng.uniform(0, 0.2), rng.uniform(0.5, 3.0)]),  # big p2p makes sends queue
         optimizer_s=tuple(rng.uniform(0, 1) for _ in range(pp)),
         overlap_grad_reduce=rng.random() < 0.5,

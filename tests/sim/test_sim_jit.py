@@ -4,8 +4,9 @@ import random
 
 import numpy as np
 import pytest
+from random_costs import random_chunk
 
-from paraplan.sim.costs import ChunkCost, PipelineCosts
+from paraplan.sim.costs import PipelineCosts
 from paraplan.sim.engine import fast_timeline, plan_for, simulate
 from paraplan.sim.schedules import SCHEDULES, chunks_per_rank, validate_schedule
 from paraplan.sim.tables import build_tables
@@ -28,26 +29,12 @@ def cases() -> list[tuple[str, int, int, int]]:
 
 
 def costs_of(rng: random.Random, schedule: str, pp: int, vpp: int, m: int, fsdp: bool) -> PipelineCosts:
-    def chunk() -> ChunkCost:
-        f = rng.uniform(0.2, 2.0)
-        return ChunkCost(
-            forward_s=f,
-            backward_input_s=f * rng.uniform(1.0, 2.5),
-            backward_weight_s=f * rng.uniform(0.0, 1.2),
-            comm_total_s={"tp": rng.uniform(0, 0.3), "ep": rng.uniform(0, 0.8)},
-            comm_exposed_s={"tp": rng.uniform(0, 0.1), "ep": rng.uniform(0, 0.5)},
-            activation_bytes=rng.uniform(1, 10),
-            dp_grad_reduce_s=rng.choice([0.0, rng.uniform(0, 3)]),
-            dp_param_gather_s=rng.choice([0.0, rng.uniform(0, 3)]),
-            fsdp_gather_s=fsdp * rng.uniform(0, 2),
-            fsdp_reduce_scatter_s=fsdp * rng.uniform(0, 2),
-        )
 
     n_chunks = chunks_per_rank(schedule, vpp)
     return PipelineCosts(
         schedule=schedule,
         num_microbatches=m,
-        chunks=tuple(tuple(chunk() for _ in range(n_chunks)) for _ in range(pp)),
+        chunks=tuple(tuple(random_chunk(rng, fsdp) for _ in range(n_chunks)) for _ in range(pp)),
         p2p_s=rng.choice([0.0, rng.uniform(0, 0.2), rng.uniform(0.5, 3.0)]),  # big p2p makes sends queue
         optimizer_s=tuple(rng.uniform(0, 1) for _ in range(pp)),
         overlap_grad_reduce=rng.random() < 0.5,
