@@ -114,3 +114,20 @@ def test_layer_patterns_and_layouts_round_trip() -> None:
     counts = (3, 4, 4, 2)
     assert parse_pipeline_layout(format_pipeline_layout(counts, 1), "x", problems) == (counts, 1)
     assert not problems
+
+
+def test_kernel_fusion_flags_round_trip() -> None:
+    """`--no-bias-swiglu-fusion --no-rope-fusion` is eager PyTorch; one of them alone is noted, kept fused."""
+    from paraplan.formats.megatron import write_megatron
+    from paraplan.specs.presets import model_preset, system_preset
+
+    base = "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --micro-batch-size 1 "
+    base += "--global-batch-size 8 --swiglu --normalization RMSNorm --position-embedding-type rope"
+    _, eager, _ = read_config(base + " --no-bias-swiglu-fusion --no-rope-fusion", "megatron", num_gpus=8)
+    assert eager.kernel_fusion is False
+    _, fused, hints = read_config(base + " --no-rope-fusion", "megatron", num_gpus=8)
+    assert fused.kernel_fusion is True and any("fused kernels" in note for note in hints.notes)
+    text = write_megatron(model_preset("llama3.1-8b"), system_preset("h100-sxm5-80gb", 8), eager)
+    assert "--no-bias-swiglu-fusion" in text and "--no-rope-fusion" in text and "--no-persist-layer-norm" in text
+    _, again, _ = read_config(text, "megatron", num_gpus=8)
+    assert again.kernel_fusion is False

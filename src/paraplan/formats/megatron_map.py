@@ -187,6 +187,15 @@ def specs_from_megatron(
         problems.note(f"{label('cp_comm_type')} {' '.join(v['cp_comm_type'])}: projected as the p2p ring exchange")
     if v.get("rampup_batch_size"):
         problems.note(f"{label('rampup_batch_size')} is ignored: paraplan projects the full global batch")
+    # eager kernels: the MLP's and the attention's elementwise fusions both off (one switch in paraplan)
+    unfused = [dest for dest in ("bias_swiglu_fusion", "apply_rope_fusion") if has(dest) and not v[dest]]
+    if len(unfused) == 2:
+        train["kernel_fusion"] = False
+    elif unfused:
+        problems.note(
+            f"{label(unfused[0])} alone is projected with fused kernels: paraplan turns the norm, SwiGLU and "
+            f"rotary fusions off together (give {label('bias_swiglu_fusion')} and {label('apply_rope_fusion')})"
+        )
     if v.get("attention_backend") in ("unfused", "local"):
         train["attention_backend"] = "unfused"
     elif has("attention_backend") or v.get("use_flash_attn"):
@@ -523,4 +532,6 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         out["grad_reduce_in_bf16"] = True
     if train.attention_backend == "unfused":
         out["attention_backend"] = "unfused"
+    if not train.kernel_fusion:
+        out.update(bias_swiglu_fusion=False, apply_rope_fusion=False, persist_layer_norm=False)
     return out, gaps
