@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from paraplan.sim.costs import ChunkCost
+from paraplan.sim.costs import ChunkCost, PipelineCosts
+from paraplan.sim.schedules import chunks_per_rank
 
 
 def random_chunk(rng: random.Random, fsdp: bool) -> ChunkCost:
@@ -21,4 +22,20 @@ def random_chunk(rng: random.Random, fsdp: bool) -> ChunkCost:
         dp_param_gather_s=rng.choice([0.0, rng.uniform(0, 3)]),
         fsdp_gather_s=fsdp * rng.uniform(0, 2),
         fsdp_reduce_scatter_s=fsdp * rng.uniform(0, 2),
+    )
+
+
+def random_pipeline(rng: random.Random, schedule: str, pp: int, vpp: int, m: int, fsdp: bool) -> PipelineCosts:
+    """A whole schedule's costs: random chunks, p2p (large enough sometimes to queue sends), overlap flags."""
+    n_chunks = chunks_per_rank(schedule, vpp)
+    return PipelineCosts(
+        schedule=schedule,
+        num_microbatches=m,
+        chunks=tuple(tuple(random_chunk(rng, fsdp) for _ in range(n_chunks)) for _ in range(pp)),
+        p2p_s=rng.choice([0.0, rng.uniform(0, 0.2), rng.uniform(0.5, 3.0)]),
+        optimizer_s=tuple(rng.uniform(0, 1) for _ in range(pp)),
+        overlap_grad_reduce=rng.random() < 0.5,
+        overlap_param_gather=rng.random() < 0.5,
+        ep_overlap=rng.choice([None, True, False]),
+        dp_buckets_per_chunk=rng.choice([1, 4, 8]),
     )

@@ -4,7 +4,7 @@ import math
 import random
 
 import pytest
-from random_costs import random_chunk
+from random_costs import random_pipeline
 
 from paraplan.sim.costs import ChunkCost, PipelineCosts, uniform_chunk, uniform_costs
 from paraplan.sim.engine import simulate
@@ -141,20 +141,8 @@ def random_costs(rng: random.Random, schedule: str) -> PipelineCosts:
     m = pp * rng.choice([1, 2, 3]) + (0 if schedule == "interleaved" else rng.choice([0, 0, 1]))
     if schedule in ("dualpipe", "dualpipev"):
         m = 2 * pp + 2 * rng.randrange(3)
-    n_chunks = chunks_per_rank(schedule, vpp)
     fsdp = rng.random() < 0.3
-
-    return PipelineCosts(
-        schedule=schedule,
-        num_microbatches=m,
-        chunks=tuple(tuple(random_chunk(rng, fsdp) for _ in range(n_chunks)) for _ in range(pp)),
-        p2p_s=rng.choice([0.0, rng.uniform(0, 0.2), rng.uniform(0.5, 3.0)]),  # big p2p makes sends queue
-        optimizer_s=tuple(rng.uniform(0, 1) for _ in range(pp)),
-        overlap_grad_reduce=rng.random() < 0.5,
-        overlap_param_gather=rng.random() < 0.5,
-        ep_overlap=rng.choice([None, True, False]),
-        dp_buckets_per_chunk=rng.choice([1, 4, 8]),
-    )
+    return random_pipeline(rng, schedule, pp, vpp, m, fsdp)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

@@ -4,11 +4,10 @@ import random
 
 import numpy as np
 import pytest
-from random_costs import random_chunk
+from random_costs import random_pipeline
 
-from paraplan.sim.costs import PipelineCosts
 from paraplan.sim.engine import fast_timeline, plan_for, simulate
-from paraplan.sim.schedules import SCHEDULES, chunks_per_rank, validate_schedule
+from paraplan.sim.schedules import SCHEDULES, validate_schedule
 from paraplan.sim.tables import build_tables
 
 pytest.importorskip("numba")
@@ -28,22 +27,6 @@ def cases() -> list[tuple[str, int, int, int]]:
     return out
 
 
-def costs_of(rng: random.Random, schedule: str, pp: int, vpp: int, m: int, fsdp: bool) -> PipelineCosts:
-
-    n_chunks = chunks_per_rank(schedule, vpp)
-    return PipelineCosts(
-        schedule=schedule,
-        num_microbatches=m,
-        chunks=tuple(tuple(random_chunk(rng, fsdp) for _ in range(n_chunks)) for _ in range(pp)),
-        p2p_s=rng.choice([0.0, rng.uniform(0, 0.2), rng.uniform(0.5, 3.0)]),  # big p2p makes sends queue
-        optimizer_s=tuple(rng.uniform(0, 1) for _ in range(pp)),
-        overlap_grad_reduce=rng.random() < 0.5,
-        overlap_param_gather=rng.random() < 0.5,
-        ep_overlap=rng.choice([None, True, False]),
-        dp_buckets_per_chunk=rng.choice([1, 4, 8]),
-    )
-
-
 def bits(values) -> np.ndarray:
     return np.asarray(values, dtype=np.float64).view(np.uint64)
 
@@ -56,7 +39,7 @@ def test_compiled_loops_give_the_same_bits(schedule: str, fsdp: bool) -> None:
     assert len(shapes) >= 4
     for _, pp, vpp, m in shapes:
         for _ in range(3):
-            costs = costs_of(rng, schedule, pp, vpp, m, fsdp)
+            costs = random_pipeline(rng, schedule, pp, vpp, m, fsdp)
             plan = plan_for(costs)
             tables = build_tables(plan, costs)
             py = fast_timeline(plan, costs, tables, jit=False)
@@ -73,7 +56,7 @@ def test_compiled_loops_give_the_same_bits(schedule: str, fsdp: bool) -> None:
 def test_simulate_is_the_same_with_and_without_the_compiled_loops(schedule: str, monkeypatch) -> None:
     rng = random.Random(schedule)
     for _, pp, vpp, m in [c for c in cases() if c[0] == schedule]:
-        costs = costs_of(rng, schedule, pp, vpp, m, rng.random() < 0.5)
+        costs = random_pipeline(rng, schedule, pp, vpp, m, rng.random() < 0.5)
         for breakdown in (True, False):
             monkeypatch.delenv("PARAPLAN_NO_JIT", raising=False)
             compiled = simulate(costs, breakdown=breakdown)
