@@ -42,6 +42,14 @@ def test_split_gradients_cost_only_in_backward() -> None:
     tokens, width = 2 * 128, (8 + 2 * 2) * 64
     (backward,) = backward_ops(split)
     assert backward.bytes_moved == SPLIT_GRAD_PASSES * 2 * tokens * width  # bf16 gradients, read and written
+    assert backward.host_ops == 1  # one concatenation kernel
+    from paraplan.cost.calibration import Calibration
+    from paraplan.cost.compute import compute_time_s
+    from paraplan.specs.presets import system_preset
+
+    gpu = system_preset("h100-sxm5-80gb", 8).gpu
+    assert compute_time_s(split, gpu, Calibration()) == 0.0  # a view: no kernel, no launch floor
+    assert compute_time_s(backward, gpu, Calibration()) > Calibration().kernel_launch_s
     (act_backward,) = backward_ops(eager["mlp_act"])
     assert act_backward.bytes_moved == pytest.approx(1.5 * eager["mlp_act"].bytes_moved)
 

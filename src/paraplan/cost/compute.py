@@ -83,6 +83,9 @@ def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
 
 
 def elementwise_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
+    """Bytes over bandwidth, plus the kernel floor when the op launches a kernel (a view moves nothing)."""
+    if op.bytes_moved <= 0:
+        return 0.0
     return op.bytes_moved / (gpu.hbm_bytes_per_s * cal.memory_efficiency) + cal.kernel_launch_s
 
 

@@ -70,7 +70,7 @@ from typing import Any
 import numpy as np
 
 from paraplan.graph.backward import ELEMENTWISE_BACKWARD_TRAFFIC
-from paraplan.graph.kernels import EAGER_PASSES, FUSED_PASSES
+from paraplan.graph.kernels import EAGER_PASSES
 from paraplan.graph.ops import CommKind, CommShape, Op, OpKind, Phase
 
 PROFILE_FORMAT = "paraplan-profile"
@@ -366,7 +366,8 @@ def elementwise_features(op: Op) -> list[tuple[str, float]]:
     if "eager" in op.tags:
         kernel = next((k for k in EAGER_MEASURED if k in op.tags), None)
         if kernel is not None:
-            out.append((kernel, float(op.bytes_moved) * FUSED_PASSES[kernel] / EAGER_PASSES[kernel]))
+            nominal_passes = ELEMENTWISE_TRAFFIC[kernel][0]  # what the samples record (all kernels here: no fp32)
+            out.append((kernel, float(op.bytes_moved) * nominal_passes / EAGER_PASSES[kernel]))
     base = elementwise_regressor(op.name)
     if base is not None:
         out.append((base, float(op.bytes_moved)))

@@ -46,7 +46,13 @@ def backward_ops(op: Op) -> list[Op]:
         ]
     if op.kind is OpKind.ELEMENTWISE:
         moved = op.bytes_moved * ELEMENTWISE_BACKWARD_TRAFFIC if op.backward_bytes is None else op.backward_bytes
-        return [replace(op, phase=Phase.BACKWARD_INPUT, bytes_moved=moved, flops=op.flops * 2, saved_bytes=0.0)]
+        # an eager split is a view forward (no kernel) and one concatenation backward
+        return [
+            replace(
+                op, phase=Phase.BACKWARD_INPUT, bytes_moved=moved, flops=op.flops * 2, saved_bytes=0.0,
+                host_ops=max(op.host_ops, 1),
+            )
+        ]  # fmt: skip
     comm = op.comm
     assert comm is not None
     factor = 2.0 if comm.kind is CommKind.SEND_RECV else 1.0  # CP: K/V again plus their gradients

@@ -95,10 +95,6 @@ class Shard:
             fused=train.kernel_fusion,
         )
 
-    @property
-    def eager_tags(self) -> frozenset[str]:
-        return frozenset() if self.fused else EAGER_TAG
-
 
 def _gemm(name: str, m: int, n: int, k: int, shard: Shard, saved: float, count: int = 1, tags=frozenset()) -> Op:
     return Op(
@@ -171,15 +167,15 @@ def _norm(name: str, model: ModelSpec, shard: Shard) -> Op:
     """LayerNorm (one kernel fused or eager) or RMSNorm (several passes in eager PyTorch, `graph.kernels`)."""
     elems = shard.tokens * model.hidden_size / shard.sp_div
     eager_rms = model.norm == "rmsnorm" and not shard.fused
-    moved = (passes("rmsnorm", False) if eager_rms else 2) * shard.act_bytes * elems
-    tags = shard.eager_tags | {"rmsnorm"} if eager_rms else frozenset()
+    moved = (passes("rmsnorm", shard.fused) if model.norm == "rmsnorm" else 2) * shard.act_bytes * elems
+    tags = EAGER_TAG | {"rmsnorm"} if eager_rms else frozenset()
     return _elementwise(shard, name, bytes_moved=moved, saved=shard.act_bytes * elems, flops=5 * elems, tags=tags)
 
 
 def _rotary(shard: Shard, elems: float) -> Op:
     """Rotary embedding over `elems` query and key elements (fused kernel, or eager rotate-half)."""
     moved = passes("rotary", shard.fused) * shard.act_bytes * elems
-    return _elementwise(shard, "rotary", moved, tags=shard.eager_tags | {"rotary"} if not shard.fused else frozenset())
+    return _elementwise(shard, "rotary", moved, tags=EAGER_TAG | {"rotary"} if not shard.fused else frozenset())
 
 
 def _split_grad(name: str, shard: Shard, elems: float, count: int = 1, tags=frozenset()) -> list[Op]:
