@@ -55,6 +55,13 @@ class Outcome:
     parts: dict[str, tuple[float, float]] = field(default_factory=dict)  # category -> (projected, measured) s
     seconds: float = 0.0
 
+    def check_busy(self) -> list[str]:
+        """Record (and return) why the machine is busy now, if it is (PSI or load average)."""
+        from paraplan.hybrid.validation import machine_busy
+
+        self.busy.extend(filter(None, [machine_busy(2)]))
+        return self.busy
+
 
 def _ms(value: float) -> str:
     return f"{value * 1e3:.1f}"
@@ -73,17 +80,15 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     # 1. and 2., measurements first and close together (a shared machine's speed drifts by several percent
     # within a minute), then the fit: the microbenchmarks, the real step op by op, the two trainings
     samples = tmp / "samples"
-    from paraplan.hybrid.validation import machine_busy
-
     result = Outcome()
-    result.busy.extend(filter(None, [machine_busy(2)]))
+    result.check_busy()
     run_benchmarks(BenchConfig(device="cpu", quick=True, dtype=run.dtype, threads=run.threads), samples)
-    result.busy.extend(filter(None, [machine_busy(2)]))
+    result.check_busy()
     breakdown = e2e.step_breakdown(config, run)
     single = e2e.run_single(config, run)
-    result.busy.extend(filter(None, [machine_busy(2)]))
+    result.check_busy()
     data_parallel = e2e.run_data_parallel(config, run, world=2)
-    result.busy.extend(filter(None, [machine_busy(2)]))
+    result.check_busy()
     sums = data_parallel.extra["replica_sums"]
     assert max(sums) - min(sums) < 1e-6 * max(1.0, abs(sums[0])), "data-parallel replicas diverged"
     fitted = fit_profile(samples)
@@ -93,7 +98,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     # 3. and 4. this CPU as a system, its calibration
     figures = e2e.measure_cpu(run.dtype, run.threads)
     shared_figures = e2e.measure_cpu_shared(run.dtype, run.threads, world=2)
-    shared = e2e.shared_cpu(figures, shared_figures, world=2)
+    shared = e2e.shared_cpu(figures, shared_figures)
     overhead = e2e.framework_overhead(config, run)
     link = e2e.fit_allreduce(samples)
     result.link_error = link.max_error
@@ -177,9 +182,7 @@ def _assert_unless_busy(ok: bool, message: str, outcome: Outcome) -> None:
     as the hybrid validation test judges it), skip with the figures instead of failing."""
     if ok:
         return
-    from paraplan.hybrid.validation import machine_busy
-
-    busy = [*outcome.busy, *filter(None, [machine_busy(2)])]
+    busy = outcome.check_busy()
     if busy:
         pytest.skip(f"machine busy ({'; '.join(busy)}); {message}")
     raise AssertionError(message)

@@ -89,9 +89,9 @@ def test_shared_cpu_scales_profile_times_by_kind() -> None:
     from paraplan.graph.ops import GemmShape, Op, OpKind, Phase
 
     solo, shared = _figures(), e2e.CpuFigures("fp32", 1, 100e9, 20e9, 1e-6, 15e-6, 16.0)
-    factors = e2e.shared_cpu(solo, shared, world=2)
+    factors = e2e.shared_cpu(solo, shared)
     assert factors.compute_factor == pytest.approx(1.5) and factors.memory_factor == pytest.approx(1.25)
-    assert e2e.shared_cpu(shared, solo, world=2).compute_factor == 1.0  # never faster than alone
+    assert e2e.shared_cpu(shared, solo).compute_factor == 1.0  # never faster than alone
     timer = factors.scaled(lambda op: (1e-3, "profile:x"))
     gemm = Op("qkv", OpKind.GEMM, Phase.FORWARD, gemm=GemmShape(8, 8, 8))
     norm = Op("attn_norm", OpKind.ELEMENTWISE, Phase.FORWARD, bytes_moved=1e6)

@@ -32,7 +32,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -342,18 +342,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _init_gloo(rank: int, world: int, port: int) -> Any:
+    """Join the local gloo process group of `world` ranks on `port`; returns torch.distributed."""
+    dist = _torch().distributed
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=120),
+    )  # fmt: skip
+    return dist
+
+
 def _dp_worker(rank: int, world: int, port: int, config: TinyLlama, run: RunConfig, result_dir: str) -> None:
     """One data-parallel rank (module level: started with the spawn method)."""
     torch = _torch()
     dist = torch.distributed
     torch.set_num_threads(run.threads)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=120),
-    )
+    _init_gloo(rank, world, port)
     try:
         trainer = Trainer(config, run, world=world)
         batches = _batches(config, run, rank, run.warmup + run.steps)
@@ -471,7 +475,6 @@ class SharedCpu:
     times, fitted on samples taken by one process, scale by these factors for a multi-process run.
     """
 
-    world: int
     compute_factor: float  # solo matmul rate / shared matmul rate (>= 1 when the processes contend)
     memory_factor: float  # solo streaming bandwidth / shared
 
@@ -493,12 +496,7 @@ class SharedCpu:
 
 def _shared_worker(rank: int, world: int, port: int, dtype: str, threads: int, result_dir: str) -> None:
     """One of the processes of `measure_cpu_shared` (module level: started with the spawn method)."""
-    torch = _torch()
-    dist = torch.distributed
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-        timeout=datetime.timedelta(seconds=120),
-    )  # fmt: skip
+    dist = _init_gloo(rank, world, port)
     try:
         figures = measure_cpu(dtype, threads, start_together=dist.barrier)
         Path(result_dir, f"rank{rank}.json").write_text(json.dumps(asdict(figures)))
@@ -509,7 +507,7 @@ def _shared_worker(rank: int, world: int, port: int, dtype: str, threads: int, r
 
 def measure_cpu_shared(dtype: str, threads: int, world: int) -> CpuFigures:
     """`measure_cpu` in `world` processes at once, each timing loop started together; the slowest rank's
-    rates (a data-parallel step waits for its slowest rank)."""
+    rate of each resource (a data-parallel step waits for its slowest rank)."""
     if world == 1:
         return measure_cpu(dtype, threads)
     torch = _torch()
@@ -519,14 +517,17 @@ def measure_cpu_shared(dtype: str, threads: int, world: int) -> CpuFigures:
             start_method="spawn",
         )  # fmt: skip
         ranks = [CpuFigures(**json.loads(Path(tmp, f"rank{r}.json").read_text())) for r in range(world)]
-    return min(ranks, key=lambda f: f.matmul_flops / 1e12 + f.stream_bytes_per_s / 1e12)
+    return replace(
+        ranks[0],
+        matmul_flops=min(f.matmul_flops for f in ranks),
+        stream_bytes_per_s=min(f.stream_bytes_per_s for f in ranks),
+    )
 
 
-def shared_cpu(solo: CpuFigures, shared: CpuFigures, world: int) -> SharedCpu:
+def shared_cpu(solo: CpuFigures, shared: CpuFigures) -> SharedCpu:
     """The slowdown factors between one process alone and `world` at once (never below 1: sharing a CPU
     cannot make a process faster; a lower reading is noise)."""
     return SharedCpu(
-        world,
         max(1.0, solo.matmul_flops / shared.matmul_flops),
         max(1.0, solo.stream_bytes_per_s / shared.stream_bytes_per_s),
     )
@@ -667,8 +668,6 @@ class FrameworkOverhead:
 
 def framework_overhead(config: TinyLlama, run: RunConfig, repeats: int = 10) -> FrameworkOverhead:
     """Minima over `repeats` empty steps (thread CPU time with one thread, else wall time)."""
-    from dataclasses import replace
-
     torch = _torch()
     empty_model = replace(config, vocab=128, hidden=2 * config.heads, ffn=2)
     empty_run = replace(run, batch=1, seq=2)
