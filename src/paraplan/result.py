@@ -85,6 +85,7 @@ class Projection:
                 "tp_comm_overlap": t.tp_comm_overlap,
                 "attention_backend": t.attention_backend,
                 "kernel_fusion": t.kernel_fusion,
+                "cross_entropy_fusion": t.cross_entropy_fusion,
                 "framework": t.framework,
             },
             "step_time_s": self.step_time_s,

@@ -72,6 +72,13 @@ def _projection_command(
         bool | None,
         Opt("--kernel-fusion/--no-kernel-fusion", help="fused norm/SwiGLU/rotary kernels, or eager PyTorch"),
     ] = None,
+    cross_entropy_fusion: Annotated[
+        bool | None,
+        Opt(
+            "--cross-entropy-fusion/--no-cross-entropy-fusion",
+            help="fused vocab-parallel loss kernel (Megatron --cross-entropy-loss-fusion), or eager fp32 PyTorch",
+        ),
+    ] = None,
     first_stage_layers: Annotated[int | None, Opt("--decoder-first-pipeline-num-layers")] = None,
     last_stage_layers: Annotated[int | None, Opt("--decoder-last-pipeline-num-layers")] = None,
     pipeline_layout: Annotated[str | None, Opt("--pipeline-layout", help="layers per virtual stage: 4,4,3,...")] = None,
@@ -199,6 +206,7 @@ def _projection_command(
             pipeline_schedule=schedule,
             attention_backend=attention_backend,
             kernel_fusion=kernel_fusion,
+            cross_entropy_fusion=cross_entropy_fusion,
             decoder_first_pipeline_num_layers=first_stage_layers,
             decoder_last_pipeline_num_layers=last_stage_layers,
             pipeline_layout=pipeline_layout,

@@ -126,6 +126,13 @@ def tune_command(
         bool | None,
         Opt("--kernel-fusion/--no-kernel-fusion", help="fused norm/SwiGLU/rotary kernels, or eager PyTorch"),
     ] = None,
+    cross_entropy_fusion: Annotated[
+        bool | None,
+        Opt(
+            "--cross-entropy-fusion/--no-cross-entropy-fusion",
+            help="fused vocab-parallel loss kernel (Megatron --cross-entropy-loss-fusion), or eager fp32 PyTorch",
+        ),
+    ] = None,
     objectives: Annotated[
         str, Opt("--objectives", help="throughput, or several for a Pareto front: throughput,memory,gpus")
     ] = "throughput",
@@ -176,7 +183,10 @@ def tune_command(
     model_spec = model_from_options(model, {})
     systems = _systems(gpu, _gpu_counts(gpus), system_file, {"gpus_per_node": gpus_per_node, "nic_gbps": nic_gbps})
     base = TrainingSpec().with_values(
-        framework=framework, attention_backend=attention_backend, kernel_fusion=kernel_fusion
+        framework=framework,
+        attention_backend=attention_backend,
+        kernel_fusion=kernel_fusion,
+        cross_entropy_fusion=cross_entropy_fusion,
     )
     problem = TuneProblem(model_spec, systems, gbs, seq, base, model_ref=model or "", gpu_ref=gpu or "")
     fixes = list(fix or [])

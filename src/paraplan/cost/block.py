@@ -118,22 +118,41 @@ class _PhaseTime:
     comm_exposed_s: dict[str, float] = field(default_factory=dict)
 
 
+def _exposed_fraction(label: str, ctx: BlockContext) -> float | None:
+    """Exposed share of a collective known before the phase is timed (None: decided after, from the
+    compute it overlaps)."""
+    if label == "tp":
+        return ctx.cal.tp_overlap_exposed if ctx.tp_comm_overlap else 1.0
+    if label == "cp" or (label == "ep" and ctx.ep_overlap):
+        return None
+    return 1.0
+
+
 def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> _PhaseTime:
     """Time of one phase of a block.
 
-    The host launches kernels asynchronously, so a phase takes max(GPU time, ops x host time per op):
-    small kernels make a step launch-bound (PyTorch eager). MoE layers after the token-count
-    device-to-host sync of Megatron's all-to-all dispatcher cannot run ahead: there each op costs
-    max(GPU time, host time).
+    The host issues kernels asynchronously into the stream queue: a kernel starts when the host has issued
+    it and the one before has finished (finish = max(previous finish, issue) + GPU time). Small kernels
+    make a phase launch-bound (PyTorch eager), and a phase that mixes both pays the host time of the ops
+    before its long kernels as well. MoE layers after the token-count device-to-host sync of Megatron's
+    all-to-all dispatcher cannot run ahead: there the host waits for the GPU before each op.
     """
     out = _PhaseTime()
-    gpu = synced = 0.0
-    n_async = 0
+    issued = finish = gpu = exposed_in_queue = 0.0
+    deferred: dict[str, float] = {}
     for op in ops:
         if op.kind is OpKind.COMM:
             label = COMM_LABEL[op.comm.axis]
-            out.comm_total_s[label] = out.comm_total_s.get(label, 0.0) + _comm_time(op, ctx)
-            n_async += 1
+            seconds = _comm_time(op, ctx)
+            out.comm_total_s[label] = out.comm_total_s.get(label, 0.0) + seconds
+            issued += host_s_per_op
+            share = _exposed_fraction(label, ctx)
+            if share is None:
+                deferred[label] = deferred.get(label, 0.0) + seconds
+                continue
+            out.comm_exposed_s[label] = out.comm_exposed_s.get(label, 0.0) + seconds * share
+            exposed_in_queue += seconds * share
+            finish = max(finish, issued) + seconds * share
             continue
         timed = ctx.timer(op) if ctx.timer is not None else None
         if timed is None:
@@ -142,30 +161,23 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
             seconds = timed[0]
             out.profiled_s += seconds
         host_s = host_s_per_op * op.host_ops
-        if "moe" in op.tags:
-            synced += max(seconds, host_s)
-            out.host_bound_s += max(0.0, host_s - seconds)
+        gpu += seconds
+        if "moe" in op.tags:  # the host waits for the GPU, then issues: max(GPU, host) per op
+            issued = finish = max(finish, issued) + max(seconds, host_s)
         else:
-            gpu += seconds
-            n_async += op.host_ops
+            issued += host_s
+            finish = max(finish, issued) + seconds
         if op.kind is OpKind.ATTENTION or op.name in WEIGHT_PARAMS_EXEMPT:
             out.attention_s += seconds
-    for label, total in out.comm_total_s.items():
-        if label == "tp":
-            exposed = total * (ctx.cal.tp_overlap_exposed if ctx.tp_comm_overlap else 1.0)
-        elif label == "cp":  # ring exchange overlapped with the attention blocks it feeds
+    compute = finish - exposed_in_queue
+    for label, total in deferred.items():
+        if label == "cp":  # ring exchange overlapped with the attention blocks it feeds
             exposed = max(0.0, total - out.attention_s)
-        elif label == "ep" and ctx.ep_overlap:  # hidden behind another micro-batch's compute
-            exposed = max(0.0, total - 0.8 * (gpu + synced - out.attention_s))
-        else:
-            exposed = total
-        out.comm_exposed_s[label] = exposed
-    gpu_busy = gpu + sum(out.comm_exposed_s.values())
-    host_floor = n_async * host_s_per_op
-    if host_floor > gpu_busy:
-        out.host_bound_s += host_floor - gpu_busy
-        gpu += host_floor - gpu_busy
-    out.compute_s = gpu + synced
+        else:  # EP all-to-all hidden behind another micro-batch's compute
+            exposed = max(0.0, total - 0.8 * (compute - out.attention_s))
+        out.comm_exposed_s[label] = out.comm_exposed_s.get(label, 0.0) + exposed
+    out.host_bound_s = max(0.0, compute - gpu)
+    out.compute_s = compute
     return out
 
 

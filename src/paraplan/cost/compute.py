@@ -79,7 +79,13 @@ def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
         eff *= cal.alibi_attention_factor
     peak = gpu.peak_flops("fp32" if op.precision == "fp32" else "bf16")  # attention is 16-bit in FP8 runs too
     memory_s = op.bytes_moved / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
-    return max(flops / (peak * eff), memory_s) + cal.kernel_launch_s
+    # The softmax's exponentials run on the special-function units, which flash attention cannot fully hide
+    # behind the tensor cores (FlashAttention-3/4 papers: the exp throughput bounds attention at head dim
+    # 128 on Hopper and Blackwell); backward recomputes them once.
+    exp_s = 0.0
+    if gpu.exp_tera_per_s > 0:
+        exp_s = att.batch * att.heads * att.seq_q * att.seq_kv * causal / (gpu.exp_tera_per_s * 1e12)
+    return max(flops / (peak * eff) + exp_s, memory_s) + cal.kernel_launch_s
 
 
 def elementwise_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:

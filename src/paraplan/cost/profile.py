@@ -70,7 +70,7 @@ from typing import Any
 import numpy as np
 
 from paraplan.graph.backward import ELEMENTWISE_BACKWARD_TRAFFIC
-from paraplan.graph.kernels import EAGER_PASSES
+from paraplan.graph.kernels import EAGER_PASSES, cross_entropy_bytes
 from paraplan.graph.ops import CommKind, CommShape, Op, OpKind, Phase
 
 PROFILE_FORMAT = "paraplan-profile"
@@ -369,9 +369,20 @@ def elementwise_features(op: Op) -> list[tuple[str, float]]:
             nominal_passes = ELEMENTWISE_TRAFFIC[kernel][0]  # what the samples record (all kernels here: no fp32)
             out.append((kernel, float(op.bytes_moved) * nominal_passes / EAGER_PASSES[kernel]))
     base = elementwise_regressor(op.name)
-    if base is not None:
+    if base == "cross_entropy":  # the samples record the convention's bytes, whichever implementation ran
+        out.append((base, _cross_entropy_nominal_bytes(op)))
+    elif base is not None:
         out.append((base, float(op.bytes_moved)))
     return out
+
+
+def _cross_entropy_nominal_bytes(op: Op) -> float:
+    """The loss's bytes under ELEMENTWISE_TRAFFIC, from the bytes its implementation moves (`graph.kernels`)."""
+    act_bytes = FP32_BYTES if op.precision == "fp32" else 2
+    forward = op.phase is Phase.FORWARD
+    per_forward, per_backward = cross_entropy_bytes("eager" not in op.tags, act_bytes)
+    per_element = per_forward if forward else (per_backward or BACKWARD_TRAFFIC_FACTOR * per_forward)
+    return elementwise_traffic_bytes("cross_entropy", forward, op.bytes_moved / per_element, act_bytes)
 
 
 class Profile:

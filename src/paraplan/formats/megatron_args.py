@@ -85,6 +85,7 @@ RELEVANT: tuple[Arg, ...] = (
     _a("bias_swiglu_fusion", "switch", "--no-bias-swiglu-fusion", sets=False),
     _a("apply_rope_fusion", "switch", "--no-rope-fusion", sets=False),
     _a("persist_layer_norm", "switch", "--no-persist-layer-norm", sets=False),
+    _a("cross_entropy_loss_fusion", "switch"),
     _a("add_qkv_bias", "switch"),
     _a("hidden_dropout", "float"),
     _a("attention_dropout", "float"),
@@ -158,7 +159,7 @@ _IGNORED_SWITCHES = (
     "log_validation_ppl_to_tensorboard log_memory_to_tensorboard log_world_size_to_tensorboard moe_grouped_gemm "
     "moe_permute_fusion moe_router_enable_expert_bias moe_enable_deepep moe_shared_expert_overlap "
     "moe_router_force_load_balancing moe_pad_expert_input_to_capacity moe_use_legacy_grouped_gemm "
-    "moe_per_layer_logging moe_router_pre_softmax moe_layer_recompute cross_entropy_loss_fusion use_dist_ckpt "
+    "moe_per_layer_logging moe_router_pre_softmax moe_layer_recompute use_dist_ckpt "
     "async_save auto_detect_ckpt_format finetune use_checkpoint_args exit_signal_handler profile "
     "use_pytorch_profiler record_memory_history manual_gc eod_mask_loss reset_position_ids reset_attention_mask "
     "use_cpu_initialization deterministic_mode calculate_per_token_loss defer_embedding_wgrad_compute "

@@ -196,6 +196,8 @@ def specs_from_megatron(
             f"{label(unfused[0])} alone is projected with fused kernels: paraplan turns the norm, SwiGLU and "
             f"rotary fusions off together (give {label('bias_swiglu_fusion')} and {label('apply_rope_fusion')})"
         )
+    if has("cross_entropy_loss_fusion"):
+        train["cross_entropy_fusion"] = bool(v["cross_entropy_loss_fusion"])
     if v.get("attention_backend") in ("unfused", "local"):
         train["attention_backend"] = "unfused"
     elif has("attention_backend") or v.get("use_flash_attn"):
@@ -534,4 +536,6 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         out["attention_backend"] = "unfused"
     if not train.kernel_fusion:
         out.update(bias_swiglu_fusion=False, apply_rope_fusion=False, persist_layer_norm=False)
+    if train.cross_entropy_fusion:
+        out["cross_entropy_loss_fusion"] = True
     return out, gaps

@@ -63,7 +63,8 @@ SAME_NAME = frozenset(
         "fp8_amax_compute_algo fp8_wgrad fp8_param_gather first_last_layers_bf16 num_layers_at_start_in_bf16 "
         "num_layers_at_end_in_bf16 fp4 fp4_recipe bf16 fp16 tp_comm_overlap overlap_moe_expert_parallel_comm "
         "attention_backend cp_comm_type global_batch_size micro_batch_size use_distributed_optimizer "
-        "overlap_grad_reduce overlap_param_gather use_megatron_fsdp data_parallel_sharding_strategy"
+        "overlap_grad_reduce overlap_param_gather use_megatron_fsdp data_parallel_sharding_strategy "
+        "cross_entropy_loss_fusion"
     ).split()
 )
 # Handled apart from the table above.
@@ -430,6 +431,7 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
         n = train.recompute_num_layers
         m["recompute_method"], m["recompute_num_layers"] = ("uniform", 1) if n is None else ("block", n)
     m["tp_comm_overlap"] = train.tp_comm_overlap
+    m["cross_entropy_loss_fusion"] = train.cross_entropy_fusion
     if train.moe_ep_overlap:
         m["overlap_moe_expert_parallel_comm"] = True
     if train.attention_backend == "unfused":

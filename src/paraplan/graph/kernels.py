@@ -26,6 +26,28 @@ SPLIT_GRAD_PASSES = 2.0
 gradients into a new tensor (read, write); a fused kernel writes them in place."""
 
 
+# Cross-entropy over the logits in fp32, bytes per logit element. Megatron's vocab-parallel cross-entropy in
+# eager PyTorch (tensor_parallel/cross_entropy.py, the path unless `--cross-entropy-loss-fusion`): max (r 4),
+# in-place subtract (r 4, w 4), exp (r 4, w 4), sum (r 4), in-place divide keeping the softmax (r 4, w 4);
+# backward multiplies the softmax by the loss gradient in place (r 4, w 4). With 16-bit logits, `.float()`
+# adds a cast each way (r 2, w 4 forward; r 4, w 2 backward).
+CROSS_ENTROPY_EAGER_FP32_BYTES = (32.0, 8.0)
+CROSS_ENTROPY_EAGER_KERNELS = (12, 4)  # forward also builds the target mask and gathers the target logits
+# A fused kernel (Megatron-core `fused_vocab_parallel_cross_entropy`, TransformerEngine): reads the logits
+# once and keeps the fp32 softmax (r + 2 x 4); backward moves 1.5x that (`paraplan.graph.backward`).
+CROSS_ENTROPY_FUSED_FP32_BYTES = 8.0
+
+
+def cross_entropy_bytes(fused: bool, logit_bytes: int) -> tuple[float, float | None]:
+    """(forward, backward) bytes per logit element of the loss over `logit_bytes`-wide logits (backward
+    None: the generic 1.5x of the forward)."""
+    if fused:
+        return logit_bytes + CROSS_ENTROPY_FUSED_FP32_BYTES, None
+    cast = 0.0 if logit_bytes == 4 else logit_bytes + 4.0
+    forward, backward = CROSS_ENTROPY_EAGER_FP32_BYTES
+    return forward + cast, backward + cast
+
+
 def passes(kernel: str, fused: bool) -> float:
     """Forward memory passes of `kernel` per element of its main tensor."""
     return (FUSED_PASSES if fused else EAGER_PASSES)[kernel]

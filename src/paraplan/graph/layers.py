@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.graph.kernels import SPLIT_GRAD_PASSES, passes
+from paraplan.graph.kernels import CROSS_ENTROPY_EAGER_KERNELS, SPLIT_GRAD_PASSES, cross_entropy_bytes, passes
 from paraplan.graph.ops import (
     AttentionShape,
     CommAxis,
@@ -55,6 +55,7 @@ class Shard:
     precision: str
     flash: bool
     fused: bool = True  # fused memory-bound kernels (TE/Apex/compile), or eager PyTorch (`graph.kernels`)
+    fused_loss: bool = True  # fused cross-entropy kernel, or Megatron's eager vocab-parallel one
 
     @property
     def tokens(self) -> int:
@@ -93,6 +94,7 @@ class Shard:
             precision=train.precision,
             flash=train.attention_backend == "flash",
             fused=train.kernel_fusion,
+            fused_loss=train.cross_entropy_fusion,
         )
 
 
@@ -469,9 +471,15 @@ def head_ops(model: ModelSpec, shard: Shard, vocab: int) -> list[Op]:
     ops = [_norm("final_norm", model, shard), *_tp_enter("tp_ag_head", shard, h)]
     ops.append(_gemm("lm_head", tokens, v_local, h, shard, saved=shard.act_bytes * tokens * h / shard.sp_div))
     logits = tokens * v_local
+    forward, backward = cross_entropy_bytes(shard.fused_loss, shard.act_bytes)
     ops.append(
-        _elementwise(shard, "cross_entropy", (shard.act_bytes + 2 * LOGIT_BYTES) * logits, saved=LOGIT_BYTES * logits)
-    )
+        _elementwise(
+            shard, "cross_entropy", forward * logits, saved=LOGIT_BYTES * logits,
+            tags=frozenset() if shard.fused_loss else EAGER_TAG,
+            host_ops=1 if shard.fused_loss else CROSS_ENTROPY_EAGER_KERNELS[0],
+            backward_bytes=None if backward is None else backward * logits,
+        )
+    )  # fmt: skip
     if shard.tp > 1:  # max and sum-exp all-reduces over the vocab shards (tiny)
         ops.append(_comm("tp_ce_reduce", CommKind.ALL_REDUCE, CommAxis.TP, shard.tp, 3 * 4 * tokens))
     return ops

@@ -184,7 +184,7 @@ def plan_benchmark(
     dtype: str | None = None,
 ) -> BenchPlan:
     train = check(model, system, train)
-    shard = L.Shard.of(train)
+    shard = replace(L.Shard.of(train), fused_loss=True)  # the benchmark's loss is torch's F.cross_entropy
     counts = layer_counts(model)
     kinds = tuple(counts)
     cuts: list[Cut] = []

@@ -34,6 +34,8 @@ class GpuSpec:
     hbm_tbps: float
     sm_count: int
     source: str = ""
+    exp_tera_per_s: float = 0.0
+    """Exponentials per second of the special-function units, 1e12 (attention's softmax; 0: not modelled)."""
 
     @property
     def peak_tflops(self) -> dict[str, float]:

@@ -80,6 +80,10 @@ class TrainingSpec:
     as Megatron-LM and NeMo run by default; False is eager PyTorch, one aten kernel per elementary operation
     (RMSNorm as pow, mean, rsqrt and two multiplies; SwiGLU as silu then multiply; rotate-half rotary; the
     gradients of split fused projections concatenated in backward; `paraplan.graph.kernels`)."""
+    cross_entropy_fusion: bool = False
+    """Megatron `--cross-entropy-loss-fusion` (NeMo / Megatron-Bridge recipes turn it on): one fused kernel
+    for the vocab-parallel loss; off (Megatron-LM's default) runs it as eager fp32 PyTorch, about four times
+    the memory traffic over the logits (`paraplan.graph.kernels`)."""
     pipeline_schedule: Schedule = "1f1b"
     decoder_first_pipeline_num_layers: int | None = None
     decoder_last_pipeline_num_layers: int | None = None

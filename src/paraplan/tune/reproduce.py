@@ -61,6 +61,8 @@ def paraplan_command(problem: TuneProblem, num_gpus: int, t: TrainingSpec) -> st
         args.append(f"--attention-backend {t.attention_backend}")
     if not t.kernel_fusion:
         args.append("--no-kernel-fusion")
+    if t.cross_entropy_fusion:
+        args.append("--cross-entropy-fusion")
     return " ".join(args)
 
 
@@ -101,6 +103,8 @@ def megatron_args(problem: TuneProblem, t: TrainingSpec) -> str:
         args.append("--tp-comm-overlap")
     if t.moe_ep_overlap:
         args.append("--overlap-moe-expert-parallel-comm")
+    if t.cross_entropy_fusion:
+        args.append("--cross-entropy-loss-fusion")
     if t.account_for_embedding_in_pipeline_split:
         args.append("--account-for-embedding-in-pipeline-split")
     if t.account_for_loss_in_pipeline_split:

@@ -56,6 +56,7 @@ FRAMEWORK_DEFAULTS: dict[str, dict[str, object]] = {
         "tp_comm_overlap": "tp>1",
         "recompute_granularity": "none",
         "expert_tensor_parallel_size": 1,
+        "cross_entropy_fusion": True,  # the recipes set cross_entropy_loss_fusion
     },
     # llm-foundry (MosaicML): FSDP FULL_SHARD with prefetch, flash attention, bf16 mixed precision.
     "llm-foundry": {
@@ -64,6 +65,7 @@ FRAMEWORK_DEFAULTS: dict[str, dict[str, object]] = {
         "zero_stage": 3,
         "sequence_parallel": False,
         "recompute_granularity": "none",
+        "cross_entropy_fusion": True,  # torch F.cross_entropy: one log-softmax kernel, not Megatron's eager chain
     },
 }
 

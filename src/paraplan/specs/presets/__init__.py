@@ -54,6 +54,7 @@ def system_preset(name: str, num_gpus: int) -> SystemSpec:
         hbm_gib=float(entry["hbm_gib"]),
         hbm_tbps=float(entry["hbm_tbps"]),
         sm_count=int(entry["sm_count"]),
+        exp_tera_per_s=float(entry.get("exp_tera_per_s", 0.0)),
         source=entry.get("source", ""),
     )
     return SystemSpec(
