@@ -285,8 +285,7 @@ def project_specs(
     extras = tuple(tuple(stage_costs[index][1] for index in row) for row in holder)
     rank_dense_params = [sum(stage_costs[i][2] for i in row) for row in holder]
     rank_expert_params = [sum(stage_costs[i][3] for i in row) for row in holder]
-    p2p_bytes = layer_input_bytes
-    p2p_s = collective_time_s(CommKind.SEND_RECV, p2p_bytes, groups[CommAxis.PP], system, cal) if train.pp > 1 else 0
+    p2p_s = _p2p_time(layer_input_bytes, train, shard, system, cal, groups) if train.pp > 1 else 0.0
     edp = expert_dp(train)
     optimizer_s = [
         _optimizer_time(rank_dense_params[r], rank_expert_params[r], train, edp, system, cal) for r in range(train.pp)
@@ -415,6 +414,27 @@ def _dp_times(
         CommKind.ALL_REDUCE, expert_params, grad_bytes, edp_group
     )
     return grad, 0.0, 0.0, 0.0
+
+
+# Megatron-LM's `--scatter-gather-tensors-in-pipeline` (on by default before megatron-core; Narayanan et al.
+# SC21 section 4.1), kept by Megatron-DeepSpeed: without sequence parallelism each TP rank sends 1/tp of the
+# activation over its own NIC and the receiver all-gathers it inside the node.
+SCATTER_GATHER_P2P_FRAMEWORKS = frozenset({"megatron-lm", "megatron-deepspeed"})
+
+
+def _p2p_time(
+    nbytes: float,
+    train: TrainingSpec,
+    shard: L.Shard,
+    system: SystemSpec,
+    cal: Calibration,
+    groups: dict[CommAxis, GroupPlacement],
+) -> float:
+    """One pipeline send/receive of a stage boundary's activation (or its gradient)."""
+    if train.tp > 1 and not shard.sp and train.framework in SCATTER_GATHER_P2P_FRAMEWORKS:
+        send = collective_time_s(CommKind.SEND_RECV, nbytes / train.tp, groups[CommAxis.PP], system, cal)
+        return send + collective_time_s(CommKind.ALL_GATHER, nbytes, groups[CommAxis.TP], system, cal)
+    return collective_time_s(CommKind.SEND_RECV, nbytes, groups[CommAxis.PP], system, cal)
 
 
 def _optimizer_time(

@@ -131,3 +131,23 @@ def test_kernel_fusion_flags_round_trip() -> None:
     assert "--no-bias-swiglu-fusion" in text and "--no-rope-fusion" in text and "--no-persist-layer-norm" in text
     _, again, _ = read_config(text, "megatron", num_gpus=8)
     assert again.kernel_fusion is False
+
+
+def test_cross_entropy_loss_fusion_round_trips_through_megatron_and_nemo() -> None:
+    from paraplan.formats.megatron import write_megatron
+    from paraplan.formats.nemo import read_nemo, write_nemo
+    from paraplan.specs.presets import model_preset, system_preset
+
+    base = "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --micro-batch-size 1 "
+    base += "--global-batch-size 8"
+    _, eager, _ = read_config(base, "megatron", num_gpus=8)
+    assert eager.cross_entropy_fusion is False  # Megatron-LM's default
+    _, fused, _ = read_config(base + " --cross-entropy-loss-fusion", "megatron", num_gpus=8)
+    assert fused.cross_entropy_fusion is True
+    model, system = model_preset("llama3.1-8b"), system_preset("h100-sxm5-80gb", 8)
+    text = write_megatron(model, system, fused)
+    assert "--cross-entropy-loss-fusion" in text
+    assert read_config(text, "megatron", num_gpus=8).train.cross_entropy_fusion is True
+    assert "--cross-entropy-loss-fusion" not in write_megatron(model, system, eager)
+    assert read_nemo(write_nemo(model, system, fused), num_gpus=8).train.cross_entropy_fusion is True
+    assert read_nemo(write_nemo(model, system, eager), num_gpus=8).train.cross_entropy_fusion is False

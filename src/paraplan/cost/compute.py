@@ -64,6 +64,20 @@ def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     return max(compute_s, memory_s) + cast_s + cal.kernel_launch_s
 
 
+# Flash attention's rate against head dim, relative to 128: (d / 128) ** 0.26 for the head dims kernels are
+# built for, a log-least-squares fit on the power-of-two head dims (32, 64, 128) of the A100 and GH200
+# flash-attention samples in ../shared/data/kernel-samples (forward 0.30 / 0.24, backward 0.23 / 0.27; hd 64
+# runs at 0.88-0.92 of hd 128). FlashAttention-2 instantiates head dims in steps of 32 (32, 64, 96, ...,
+# 256): others run padded.
+_HEAD_DIM_EXPONENT = 0.26
+_HEAD_DIM_STEP = 32
+
+
+def _head_dim_factor(head_dim: float) -> float:
+    padded = math.ceil(head_dim / _HEAD_DIM_STEP) * _HEAD_DIM_STEP
+    return min(1.0, padded / 128.0) ** _HEAD_DIM_EXPONENT * head_dim / padded
+
+
 def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     att = op.attention
     assert att is not None
@@ -72,7 +86,7 @@ def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
         causal = 0.5  # context-parallel shard of a causal sequence: load-balanced halves
     flops = op.flops * causal
     base = cal.attention_efficiency if op.phase is Phase.FORWARD else cal.attention_backward_efficiency
-    head_factor = min(1.0, (att.head_dim_qk + att.head_dim_v) / 256.0) ** 0.5
+    head_factor = _head_dim_factor((att.head_dim_qk + att.head_dim_v) / 2)
     seq_factor = att.seq_kv / (att.seq_kv + _ATTN_SEQ_HALF)
     eff = max(base * head_factor * seq_factor / (4096 / (4096 + _ATTN_SEQ_HALF)), 0.02)
     if "alibi" in op.tags:
