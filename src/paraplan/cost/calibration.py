@@ -92,6 +92,13 @@ FAMILIES = {
 }
 
 
+# A family the fit has not seen takes the fitted efficiencies of its neighbour where both run the same software
+# generation (Hopper and Blackwell: FlashAttention-3/cuDNN attention, TransformerEngine FP8, NCCL on NVLink
+# switches) rather than the datasheet defaults; other families keep their defaults (Volta has no flash
+# attention, CDNA3 another software stack).
+NEIGHBOUR_FAMILY = {"blackwell": "hopper", "hopper": "blackwell"}
+
+
 def family_of(gpu: str) -> str:
     for family, prefixes in FAMILIES.items():
         if gpu.startswith(prefixes):
@@ -115,7 +122,11 @@ def calibration_for(gpu: str, framework: str = "", table: dict[str, Any] | None 
     fitted = fitted_table() if table is None else table
     values: dict[str, Any] = {}
     values.update(fitted.get("all", {}) or {})
-    values.update((fitted.get("family", {}) or {}).get(family_of(gpu), {}) or {})
+    families = fitted.get("family", {}) or {}
+    family = family_of(gpu)
+    if family not in families and NEIGHBOUR_FAMILY.get(family) in families:
+        family = NEIGHBOUR_FAMILY[family]
+    values.update(families.get(family, {}) or {})
     values.update((fitted.get("gpu", {}) or {}).get(gpu, {}) or {})
     values.update((fitted.get("framework", {}) or {}).get(framework, {}) or {})
     if values:
