@@ -23,6 +23,22 @@ def test_table_scopes_override_defaults() -> None:
     assert calibration_for("a100-sxm4-80gb", "megatron-lm", table=table).gemm_efficiency != 0.5
 
 
+def test_an_unseen_family_takes_its_software_neighbours_fit_only() -> None:
+    table = {"family": {"hopper": {"fp8_gemm_efficiency": 0.41, "attention_efficiency": 0.44}}}
+    blackwell = calibration_for("b200", "nemo-megatron", table=table)
+    assert (blackwell.fp8_gemm_efficiency, blackwell.attention_efficiency) == (0.41, 0.44)
+    assert (
+        calibration_for("b200", "", table={"family": {"blackwell": {}, **table["family"]}}).fp8_gemm_efficiency != 0.41
+    )
+    assert (
+        calibration_for(
+            "v100-sxm3-32gb", "", table={"family": {"ampere": {"attention_efficiency": 0.7}}}
+        ).attention_efficiency
+        == 0.35
+    )
+    assert calibration_for("mi300x", "", table=table).attention_efficiency == 0.45  # another stack: its default
+
+
 def test_fit_lowers_training_error_and_scores_held_out(public_csv) -> None:
     rows = read_rows(public_csv)
     train = subsample([r for r in rows if r["source"] in ("Korthikanti2022_Table5", "Narayanan2021_SC21_Table1")], 8)
