@@ -44,6 +44,7 @@ PARTS_TOLERANCE = 0.15  # the profiled parts (GEMMs + attention + optimizer) vs 
 ALL_REDUCE_TOLERANCE = 0.35  # the gradient all-reduce (gloo over loopback TCP, a cold 27 MB buffer: noisy)
 LINK_SELF_CONSISTENCY = 0.30  # a link line missing its own samples by more measured noise, not the link
 QUIET_WALL_OVER_CPU = 1.10
+SPEED_DRIFT = 1.10  # the reference kernels slower by more than this between check points: the CPU changed
 
 
 @dataclass
@@ -54,13 +55,45 @@ class Outcome:
     busy: list[str] = field(default_factory=list)  # why the machine was busy at some point of the measurements
     parts: dict[str, tuple[float, float]] = field(default_factory=dict)  # category -> (projected, measured) s
     seconds: float = 0.0
+    probes: list[tuple[float, float]] = field(default_factory=list)  # reference (matmul, streaming) seconds
 
     def check_busy(self) -> list[str]:
-        """Record (and return) why the machine is busy now, if it is (PSI or load average)."""
+        """Record (and return) why the machine is busy now, if it is (PSI or load average), or was: the CPU's
+        own speed drifted between the check points (a virtual machine's neighbours take caches and memory
+        bandwidth without showing in its load; the profile and the step are then measured on different CPUs)."""
         from paraplan.hybrid.validation import machine_busy
 
         self.busy.extend(filter(None, [machine_busy(2)]))
+        self.probes.append(_reference_times())
+        self.busy = [note for note in self.busy if not note.startswith("CPU speed drifted")]
+        for i, name in enumerate(("matmul", "streaming add")):
+            times = [p[i] for p in self.probes]
+            if max(times) > SPEED_DRIFT * min(times):
+                self.busy.append(f"CPU speed drifted: reference {name} {_ms(min(times))}-{_ms(max(times))} ms")
         return self.busy
+
+
+def _reference_times() -> tuple[float, float]:
+    """Median seconds of a fixed matmul and a fixed streaming add on one thread (the runs' thread count)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(384, 384), torch.randn(384, 384)
+        x, y = torch.randn(2**22), torch.randn(2**22)  # 16 MiB each: past the last-level cache
+        out = []
+        for work in (lambda: a @ b, lambda: x + y):
+            work()  # warm: allocator and kernel selection
+            samples = []
+            for _ in range(9):
+                t0 = time.perf_counter()
+                work()
+                samples.append(time.perf_counter() - t0)
+            out.append(sorted(samples)[len(samples) // 2])
+        return out[0], out[1]
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _ms(value: float) -> str:
