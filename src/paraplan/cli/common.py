@@ -51,6 +51,17 @@ ModelOpt = Annotated[
 ]
 GpuOpt = Annotated[str | None, typer.Option("--gpu", "-g", help="GPU/system preset (paraplan gpus).")]
 GpusOpt = Annotated[int | None, typer.Option("--gpus", "-n", help="Number of GPUs.")]
+KernelFusionOpt = Annotated[
+    bool | None,
+    typer.Option("--kernel-fusion/--no-kernel-fusion", help="fused norm/SwiGLU/rotary kernels, or eager PyTorch"),
+]
+CrossEntropyFusionOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--cross-entropy-fusion/--no-cross-entropy-fusion",
+        help="fused vocab-parallel loss kernel (Megatron --cross-entropy-loss-fusion), or eager fp32 PyTorch",
+    ),
+]
 
 
 def model_from_options(model: str | None, fields: dict[str, Any]) -> ModelSpec:

@@ -11,8 +11,10 @@ from rich.table import Table
 
 from paraplan.cli import reports
 from paraplan.cli.common import (
+    CrossEntropyFusionOpt,
     GpuOpt,
     GpusOpt,
+    KernelFusionOpt,
     ModelOpt,
     console,
     err_console,
@@ -68,17 +70,8 @@ def _projection_command(
         str | None, Opt("--schedule", help="gpipe 1f1b interleaved zb-h1 zb-v dualpipe dualpipev")
     ] = None,
     attention_backend: Annotated[str | None, Opt("--attention-backend", help="flash | unfused")] = None,
-    kernel_fusion: Annotated[
-        bool | None,
-        Opt("--kernel-fusion/--no-kernel-fusion", help="fused norm/SwiGLU/rotary kernels, or eager PyTorch"),
-    ] = None,
-    cross_entropy_fusion: Annotated[
-        bool | None,
-        Opt(
-            "--cross-entropy-fusion/--no-cross-entropy-fusion",
-            help="fused vocab-parallel loss kernel (Megatron --cross-entropy-loss-fusion), or eager fp32 PyTorch",
-        ),
-    ] = None,
+    kernel_fusion: KernelFusionOpt = None,
+    cross_entropy_fusion: CrossEntropyFusionOpt = None,
     first_stage_layers: Annotated[int | None, Opt("--decoder-first-pipeline-num-layers")] = None,
     last_stage_layers: Annotated[int | None, Opt("--decoder-last-pipeline-num-layers")] = None,
     pipeline_layout: Annotated[str | None, Opt("--pipeline-layout", help="layers per virtual stage: 4,4,3,...")] = None,

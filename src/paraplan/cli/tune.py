@@ -12,7 +12,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from paraplan.cli import reports
-from paraplan.cli.common import GpuOpt, ModelOpt, console, err_console, handle_errors, model_from_options
+from paraplan.cli.common import (
+    CrossEntropyFusionOpt,
+    GpuOpt,
+    KernelFusionOpt,
+    ModelOpt,
+    console,
+    err_console,
+    handle_errors,
+    model_from_options,
+)
 from paraplan.errors import ConfigError
 from paraplan.projection import project_specs
 from paraplan.specs.system import SystemSpec
@@ -122,17 +131,8 @@ def tune_command(
         str | None, Opt("--framework", help="megatron-lm nemo-megatron megatron-deepspeed ...")
     ] = None,
     attention_backend: Annotated[str | None, Opt("--attention-backend", help="flash | unfused")] = None,
-    kernel_fusion: Annotated[
-        bool | None,
-        Opt("--kernel-fusion/--no-kernel-fusion", help="fused norm/SwiGLU/rotary kernels, or eager PyTorch"),
-    ] = None,
-    cross_entropy_fusion: Annotated[
-        bool | None,
-        Opt(
-            "--cross-entropy-fusion/--no-cross-entropy-fusion",
-            help="fused vocab-parallel loss kernel (Megatron --cross-entropy-loss-fusion), or eager fp32 PyTorch",
-        ),
-    ] = None,
+    kernel_fusion: KernelFusionOpt = None,
+    cross_entropy_fusion: CrossEntropyFusionOpt = None,
     objectives: Annotated[
         str, Opt("--objectives", help="throughput, or several for a Pareto front: throughput,memory,gpus")
     ] = "throughput",
