@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from paraplan.cost.block import MATMUL_KINDS, BlockContext, BlockCost, MeasuredBlock, block_cost, with_measured_compute
-from paraplan.cost.calibration import Calibration, calibration_for
+from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommAxis, CommKind, Op
@@ -248,7 +248,7 @@ def project_specs(
 ) -> Projection:
     options = options or ProjectionOptions()
     train = check(model, system, train)
-    cal = options.calibration or calibration_for(system.gpu.name, train.framework)
+    cal = at_scale(options.calibration or calibration_for(system.gpu.name, train.framework), system.num_gpus)
     shard = L.Shard.of(train)
     ctx_key, groups = _context(system, train, cal, options.timer)
     stages = virtual_stages(model, train)

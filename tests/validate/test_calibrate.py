@@ -49,3 +49,38 @@ def test_fit_lowers_training_error_and_scores_held_out(public_csv) -> None:
     held_out = [r for r in rows if r["source"] == "vTrain_MICRO24_multi"][:10]
     report = validate_rows(held_out, projector=_projector(result.table))
     assert len(report.rows) == 10 and report.mape_pct == report.mape_pct  # a number, not NaN
+
+
+def test_a_synchronous_job_runs_its_compute_at_the_slowest_gpus_pace() -> None:
+    from paraplan.cost.calibration import Calibration, at_scale, expected_max_normal
+
+    assert expected_max_normal(1) == 0.0
+    # the exact expected maxima of 2 and 8 standard normals: 1/sqrt(pi) and 1.4236 (tables)
+    assert expected_max_normal(2) == pytest.approx(1 / 3.141592653589793**0.5, rel=1e-4)
+    assert expected_max_normal(8) == pytest.approx(1.4236, rel=1e-3)
+    cal = Calibration(gpu_speed_cv=0.05)
+    assert at_scale(cal, 1) is cal
+    small, large = at_scale(cal, 8), at_scale(cal, 4096)
+    assert large.gemm_efficiency < small.gemm_efficiency < cal.gemm_efficiency
+    assert small.gemm_efficiency == pytest.approx(cal.gemm_efficiency / (1 + 0.05 * expected_max_normal(8)))
+    assert large.attention_backward_efficiency < cal.attention_backward_efficiency
+    # host time and memory-bound kernels are not clock-bound
+    assert (large.host_launch_s, large.memory_efficiency) == (cal.host_launch_s, cal.memory_efficiency)
+    assert at_scale(Calibration(gpu_speed_cv=0.0), 4096).gemm_efficiency == cal.gemm_efficiency
+
+
+def test_more_gpus_for_the_same_work_per_gpu_take_longer() -> None:
+    from paraplan.projection import project_specs
+    from paraplan.specs.presets import model_preset, system_preset
+    from paraplan.specs.training import TrainingSpec
+
+    model = model_preset("llama3.1-8b")
+    step = [
+        project_specs(
+            model,
+            system_preset("h100-sxm5-80gb", n),
+            TrainingSpec(data_parallel_size=n, global_batch_size=n * 8, seq_length=4096),
+        ).step_time_s
+        for n in (8, 1024)
+    ]
+    assert step[1] > step[0]

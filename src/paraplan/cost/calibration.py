@@ -8,8 +8,9 @@ and writes `calibration.yaml`, which, when present in the package, overrides the
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
+from statistics import NormalDist
 from typing import Any
 
 import yaml
@@ -55,11 +56,42 @@ class Calibration:
     synchronisation."""
     microbatch_overhead_s: float = 2e-4
     """Per-micro-batch framework time (Python, scheduling) on each stage."""
+    gpu_speed_cv: float = 0.02
+    """Chip-to-chip spread (coefficient of variation) of sustained compute throughput under load: power and
+    thermal management run identical GPUs at different clocks, a few percent apart (Sinha et al., SC'22, "Not
+    All GPUs Are Created Equal"). Synchronous training waits for the slowest of its GPUs (`at_scale`)."""
     source: str = "defaults from public microbenchmarks"
 
     def with_values(self, **values: Any) -> Calibration:
         known = {f.name for f in fields(self)}
         return replace(self, **{k: v for k, v in values.items() if k in known})
+
+
+@cache
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals]: the integral of x * n * phi(x) * Phi(x)^(n-1) (0 for n = 1;
+    0.564 for 2, 1.424 for 8, 3.97 for 16,384)."""
+    if n <= 1:
+        return 0.0
+    unit, step = NormalDist(), 0.005
+    grid = [-9.0 + step * i for i in range(int(18.0 / step) + 1)]
+    return step * sum(x * n * unit.pdf(x) * unit.cdf(x) ** (n - 1) for x in grid)
+
+
+_COMPUTE_EFFICIENCIES = (
+    "gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "attention_backward_efficiency",
+)  # fmt: skip
+
+
+@lru_cache(maxsize=1024)
+def at_scale(cal: Calibration, num_gpus: int) -> Calibration:
+    """The calibration of a synchronous job on `num_gpus` GPUs: every step waits at its collectives for the
+    slowest GPU, so compute-bound kernels run at the speed of the slowest of n chips (mean speed minus
+    E[max of n normals] standard deviations). Host time and memory-bound kernels are not clock-bound."""
+    if cal.gpu_speed_cv <= 0 or num_gpus <= 1:
+        return cal
+    slow = 1.0 + cal.gpu_speed_cv * expected_max_normal(num_gpus)
+    return replace(cal, **{name: getattr(cal, name) / slow for name in _COMPUTE_EFFICIENCIES}, gpu_speed_cv=0.0)
 
 
 # Per-GPU defaults where the generation differs from the base values above.

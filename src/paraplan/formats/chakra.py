@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paraplan.cost.block import weight_params
-from paraplan.cost.calibration import Calibration, calibration_for
+from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.comm import collective_time_s, place_group
 from paraplan.cost.compute import compute_time_s
 from paraplan.errors import ConfigError
@@ -430,7 +430,7 @@ def export_chakra(
         raise ConfigError(
             f"Chakra export plays {', '.join(EXPORTED_SCHEDULES)} schedules, not {train.pipeline_schedule}"
         )
-    cal = calibration or calibration_for(system.gpu.name, train.framework)
+    cal = at_scale(calibration or calibration_for(system.gpu.name, train.framework), system.num_gpus)
     grid = RankGrid(train.tp, train.cp, train.dp, train.pp, train.ep, train.etp)
     wanted = tuple(range(grid.world)) if ranks is None else ranks
     bad = [r for r in wanted if not 0 <= r < grid.world]

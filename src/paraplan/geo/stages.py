@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from paraplan.cost.block import BlockContext, BlockCost, block_cost
-from paraplan.cost.calibration import Calibration, calibration_for
+from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommKind
@@ -91,7 +91,8 @@ class LayerCosts:
 def layer_costs(setup: TrainSetup, system: SystemSpec, tp: int) -> LayerCosts:
     model = setup.model
     train = setup.spec(tp, 1, 1)
-    cal = calibration_for(system.gpu.name, setup.framework)
+    # compute at the pace of the slowest of the datacenter's GPUs (`at_scale`)
+    cal = at_scale(calibration_for(system.gpu.name, setup.framework), system.num_gpus)
     shard = L.Shard.of(train)
     ctx = BlockContext(system, cal, group_placements(train, system), train.tp_comm_overlap, False)
     layer_input = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
