@@ -63,3 +63,11 @@ def test_error_is_signed_and_scored_per_source(tmp_path) -> None:
     s2 = abs(100 * (predicted - 2.0) / 2.0)
     assert abs(report.mape_pct - (s1 + s2) / 2) < 1e-9
     assert report.skipped and report.skipped[0][0] == "c"
+
+
+def test_error_by_scale_orders_the_brackets_by_size(public_csv) -> None:
+    by_scale = validate_rows(read_rows(public_csv)).mape_by("scale")
+    assert list(by_scale)[0] == "1 node"
+    uppers = [int(label.split("-")[1].split()[0]) for label in list(by_scale)[1:]]
+    assert uppers == sorted(uppers) and all(u & (u - 1) == 0 for u in uppers)  # powers of four, smallest first
+    assert sum(v["n"] for v in by_scale.values()) == len(validate_rows(read_rows(public_csv)).rows)

@@ -29,7 +29,7 @@ def validate(
         typer.Option(
             "--by",
             help="error analysis: group by gpu, arch, model_family, precision, framework, layout, "
-            "recompute or sharding",
+            "recompute, sharding or scale",
         ),
     ] = None,
     html: reports.HtmlOpt = None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -73,14 +75,14 @@ class ValidationReport:
 
     def mape_by(self, attribute: str) -> dict[str, dict[str, float]]:
         """MAPE and mean signed error grouped by an attribute (gpu, arch, precision, framework, layout,
-        source): where the model is wrong."""
+        scale, source): where the model is wrong."""
         groups: dict[str, list[float]] = defaultdict(list)
         for r in self.rows:
             key = r.source if attribute == "source" else dict(r.attrs).get(attribute, "?")
             groups[key].append(r.error_pct)
         return {
             k: {"n": len(v), "mape_pct": sum(map(abs, v)) / len(v), "mean_error_pct": sum(v) / len(v)}
-            for k, v in sorted(groups.items())
+            for k, v in sorted(groups.items(), key=lambda kv: _natural(kv[0]))
         }
 
     def to_dict(self) -> dict:
@@ -167,7 +169,21 @@ def _attributes(run: MeasuredRun) -> tuple[tuple[str, str], ...]:
         ("layout", layout or "single"),
         ("recompute", t.recompute_granularity),
         ("sharding", "fsdp" if t.shards_params else ("distopt" if t.shards_optimizer else "ddp")),
+        ("scale", _scale(run.system.num_gpus, run.system.gpus_per_node)),
     )
+
+
+def _natural(label: str) -> tuple:
+    """Sort key that orders the numbers inside labels by value ("5-16 GPUs" before "17-64 GPUs")."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", label))
+
+
+def _scale(num_gpus: int, gpus_per_node: int) -> str:
+    """One node, or the power-of-four bracket of the GPU count (synchronous jobs slow with size: `at_scale`)."""
+    if num_gpus <= gpus_per_node:
+        return "1 node"
+    upper = 4 ** math.ceil(math.log(num_gpus, 4))
+    return f"{upper // 4 + 1}-{upper} GPUs"
 
 
 def validate_rows(
