@@ -387,6 +387,7 @@ def _dp_times(
     edp = expert_dp(train)
     edp_group = place_group(edp, train.etp * train.ep, system.gpus_per_node)
     grad_bytes = 4 if train.grad_reduce_in_fp32 or train.precision == "fp32" else 2
+    param_bytes = 4 if train.precision == "fp32" else 2
 
     def coll(kind: CommKind, params: float, nbytes_per: float, group: GroupPlacement) -> float:
         return collective_time_s(kind, params * nbytes_per, group, system, cal)
@@ -394,20 +395,21 @@ def _dp_times(
     if train.shards_params:
         u = fsdp_units
         gather = u * (
-            coll(CommKind.ALL_GATHER, dense_params / u, 2, dp_group)
-            + coll(CommKind.ALL_GATHER, expert_params / u, 2, edp_group)
+            coll(CommKind.ALL_GATHER, dense_params / u, param_bytes, dp_group)
+            + coll(CommKind.ALL_GATHER, expert_params / u, param_bytes, edp_group)
         )
+        # gradients reduce in the framework's reduce dtype (torch FSDP `reduce_dtype`, DeepSpeed's fp16 regime)
         rs = u * (
-            coll(CommKind.REDUCE_SCATTER, dense_params / u, 4, dp_group)
-            + coll(CommKind.REDUCE_SCATTER, expert_params / u, 4, edp_group)
+            coll(CommKind.REDUCE_SCATTER, dense_params / u, grad_bytes, dp_group)
+            + coll(CommKind.REDUCE_SCATTER, expert_params / u, grad_bytes, edp_group)
         )
         return 0.0, 0.0, gather, rs
     if train.shards_optimizer:
         grad = coll(CommKind.REDUCE_SCATTER, dense_params, grad_bytes, dp_group) + coll(
             CommKind.REDUCE_SCATTER, expert_params, grad_bytes, edp_group
         )
-        gather = coll(CommKind.ALL_GATHER, dense_params, 2, dp_group) + coll(
-            CommKind.ALL_GATHER, expert_params, 2, edp_group
+        gather = coll(CommKind.ALL_GATHER, dense_params, param_bytes, dp_group) + coll(
+            CommKind.ALL_GATHER, expert_params, param_bytes, edp_group
         )
         return grad, gather, 0.0, 0.0
     grad = coll(CommKind.ALL_REDUCE, dense_params, grad_bytes, dp_group) + coll(

@@ -68,3 +68,23 @@ def test_fp32_states_and_gradient_reduction() -> None:
     fp32 = paraplan.project(LLAMA, system, precision="fp32", **kw)
     bf16 = paraplan.project(LLAMA, system, precision="bf16", **kw)
     assert fp32.pipeline.comm_total_s["dp"] > 1.5 * bf16.pipeline.comm_total_s["dp"]  # 4-byte gradients
+
+
+def test_sharded_data_parallel_moves_parameters_and_gradients_in_their_own_dtypes() -> None:
+    from paraplan.cost.calibration import calibration_for
+    from paraplan.projection import _dp_times, group_placements
+
+    system = system_preset("a100-sxm4-80gb", 64)
+    cal = calibration_for(system.gpu.name)
+
+    def fsdp(**kw: object) -> tuple[float, float]:
+        train = TrainingSpec(data_parallel_size=64, global_batch_size=64, zero_stage=3, fsdp=True, **kw)
+        _, _, gather, reduce_scatter = _dp_times(1e9, 0.0, train, system, cal, group_placements(train, system))
+        return gather, reduce_scatter
+
+    gather, fp32_reduce = fsdp(precision="bf16", grad_reduce_in_fp32=True)
+    _, bf16_reduce = fsdp(precision="bf16", grad_reduce_in_fp32=False)
+    fp32_gather, _ = fsdp(precision="fp32")
+    assert bf16_reduce < fp32_reduce  # torch FSDP reduce_dtype / DeepSpeed's fp16 regime: half the bytes
+    assert bf16_reduce == pytest.approx(gather)  # same bytes, same ring: a 16-bit reduce-scatter costs an all-gather
+    assert fp32_gather > gather  # fp32 training gathers 4-byte parameters

@@ -71,3 +71,14 @@ def test_error_by_scale_orders_the_brackets_by_size(public_csv) -> None:
     uppers = [int(label.split("-")[1].split()[0]) for label in list(by_scale)[1:]]
     assert uppers == sorted(uppers) and all(u & (u - 1) == 0 for u in uppers)  # powers of four, smallest first
     assert sum(v["n"] for v in by_scale.values()) == len(validate_rows(read_rows(public_csv)).rows)
+
+
+def test_deepspeed_zero3_rows_reduce_fp16_gradients_in_fp16(public_csv) -> None:
+    from paraplan.validate.measured import run_from_row
+
+    zero3 = [run_from_row(r) for r in read_rows(public_csv) if r["source"] == "Narayanan2021_SC21_Table2"]
+    zero3 = [run for run in zero3 if run.train.zero_stage == 3]
+    assert zero3
+    for run in zero3:
+        assert run.train.framework == "deepspeed" and run.train.precision == "fp16"
+        assert not run.train.grad_reduce_in_fp32 and "grad_reduce_in_fp32=False" in run.defaults_used

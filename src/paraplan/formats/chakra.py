@@ -304,12 +304,13 @@ def rank_program(
     last_backward = {c: max(i for i, (k, _, c2) in enumerate(items) if k == "B" and c2 == c) for c in range(chunks)}
     program = _Program(costs)
     grad_bytes = 4 if train.grad_reduce_in_fp32 else 2
+    param_bytes = 4 if train.precision == "fp32" else 2
     dp_ends: list[int] = []
     for index, (kind, mb, chunk) in enumerate(items):
         v = stage_of[(pp_rank, chunk)]
         label = f"{kind}.mb{mb}.s{v}"
         if train.shards_params:  # FSDP: gather the chunk's parameters before its forward and its backward
-            program.data_parallel(f"{label}.fsdp_gather", CommKind.ALL_GATHER, 2, params[v], chain=True)
+            program.data_parallel(f"{label}.fsdp_gather", CommKind.ALL_GATHER, param_bytes, params[v], chain=True)
         if kind == "F":
             if v > 0:
                 program.p2p(f"{label}.recv_act", False, p2p_bytes, _tag(mb, v, False, len(order)), v - 1, p2p_micros)
@@ -338,7 +339,9 @@ def rank_program(
         if v > 0:
             program.p2p(f"{label}.send_grad", True, p2p_bytes, _tag(mb, v - 1, True, len(order)), v - 1, p2p_micros)
         if train.shards_params:
-            program.data_parallel(f"{label}.fsdp_reduce_scatter", CommKind.REDUCE_SCATTER, 4, params[v], chain=True)
+            program.data_parallel(
+                f"{label}.fsdp_reduce_scatter", CommKind.REDUCE_SCATTER, grad_bytes, params[v], chain=True
+            )
         elif index == last_backward[chunk]:  # the chunk's gradients are complete: reduce them over DP
             kind_dp = CommKind.REDUCE_SCATTER if train.shards_optimizer else CommKind.ALL_REDUCE
             overlap = train.overlap_grad_reduce
@@ -383,7 +386,8 @@ def _optimizer(
     node = Node(0, "optimizer_step", NodeType.COMP_NODE, duration_micros=_micros(seconds), attrs=attrs)
     program.add(node, deps=tuple(dp_ends))
     if train.shards_optimizer and not train.shards_params:
-        program.data_parallel("param_gather", CommKind.ALL_GATHER, 2, (dense, expert), chain=True)
+        param_bytes = 4 if train.precision == "fp32" else 2
+        program.data_parallel("param_gather", CommKind.ALL_GATHER, param_bytes, (dense, expert), chain=True)
 
 
 # ----------------------------------------------------------------------------- writing all ranks

@@ -58,7 +58,13 @@ FRAMEWORK_DEFAULTS: dict[str, dict[str, object]] = {
         "expert_tensor_parallel_size": 1,
         "cross_entropy_fusion": True,  # the recipes set cross_entropy_loss_fusion
     },
-    # llm-foundry (MosaicML): FSDP FULL_SHARD with prefetch, flash attention, bf16 mixed precision.
+    # DeepSpeed (ZeRO, as in Narayanan et al. SC21 Table 2): gradients are reduced in the training dtype under
+    # fp16 (`communication_data_type` follows the regime; stage 3's `allreduce_always_fp32` is off by default).
+    "deepspeed": {
+        "grad_reduce_in_fp32": "bf16",
+    },
+    # llm-foundry (MosaicML): FSDP FULL_SHARD with prefetch, flash attention, bf16 mixed precision
+    # (FSDP `mixed_precision: DEFAULT`: bf16 parameters, fp32 gradient reduction).
     "llm-foundry": {
         "attention_backend": "flash",
         "fsdp": True,
