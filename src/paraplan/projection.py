@@ -386,8 +386,7 @@ def _dp_times(
     dp_group = groups[CommAxis.DP]
     edp = expert_dp(train)
     edp_group = place_group(edp, train.etp * train.ep, system.gpus_per_node)
-    grad_bytes = 4 if train.grad_reduce_in_fp32 or train.precision == "fp32" else 2
-    param_bytes = 4 if train.precision == "fp32" else 2
+    grad_bytes, param_bytes = train.grad_reduce_bytes, train.param_gather_bytes
 
     def coll(kind: CommKind, params: float, nbytes_per: float, group: GroupPlacement) -> float:
         return collective_time_s(kind, params * nbytes_per, group, system, cal)

@@ -303,8 +303,7 @@ def rank_program(
     items = schedule_items(schedule, train.pp, pp_rank, train.num_microbatches, chunks)
     last_backward = {c: max(i for i, (k, _, c2) in enumerate(items) if k == "B" and c2 == c) for c in range(chunks)}
     program = _Program(costs)
-    grad_bytes = 4 if train.grad_reduce_in_fp32 else 2
-    param_bytes = 4 if train.precision == "fp32" else 2
+    grad_bytes, param_bytes = train.grad_reduce_bytes, train.param_gather_bytes
     dp_ends: list[int] = []
     for index, (kind, mb, chunk) in enumerate(items):
         v = stage_of[(pp_rank, chunk)]
@@ -386,8 +385,9 @@ def _optimizer(
     node = Node(0, "optimizer_step", NodeType.COMP_NODE, duration_micros=_micros(seconds), attrs=attrs)
     program.add(node, deps=tuple(dp_ends))
     if train.shards_optimizer and not train.shards_params:
-        param_bytes = 4 if train.precision == "fp32" else 2
-        program.data_parallel("param_gather", CommKind.ALL_GATHER, param_bytes, (dense, expert), chain=True)
+        program.data_parallel(
+            "param_gather", CommKind.ALL_GATHER, train.param_gather_bytes, (dense, expert), chain=True
+        )
 
 
 # ----------------------------------------------------------------------------- writing all ranks

@@ -160,9 +160,12 @@ def _comm_use(model: ModelSpec, train: TrainingSpec, shard: L.Shard, kinds: tupl
             for kind in kinds
             for op in block_ops(kind, model, shard)
         ) / max(1, train.pp)
-        grad_bytes = 4 if train.grad_reduce_in_fp32 else 2
+        grad_bytes = train.grad_reduce_bytes
         if train.shards_params or train.shards_optimizer:
-            use += [CommUse(CommKind.REDUCE_SCATTER, params * grad_bytes), CommUse(CommKind.ALL_GATHER, params * 2)]
+            use += [
+                CommUse(CommKind.REDUCE_SCATTER, params * grad_bytes),
+                CommUse(CommKind.ALL_GATHER, params * train.param_gather_bytes),
+            ]
         else:
             use.append(CommUse(CommKind.ALL_REDUCE, params * grad_bytes))
     return use

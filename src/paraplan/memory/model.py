@@ -80,7 +80,7 @@ def state_bytes(
     dp = train.dp * train.cp  # Megatron shards over the data-parallel group that includes CP
     fp32 = train.precision == "fp32"  # plain fp32: fp32 weights and grads, no separate master copy
     weight_bytes = FP32_WEIGHT_BYTES if fp32 else WEIGHT_BYTES
-    grad_bytes = 4 if train.grad_reduce_in_fp32 or fp32 else 2
+    grad_bytes = train.grad_reduce_bytes
     optimizer_bytes = ADAM_BYTES if fp32 else MASTER_AND_ADAM_BYTES
     if train.shards_params:
         # torch FSDP / ZeRO-3 mixed precision: fp32 sharded params and grads, Adam moments; bf16 gathered units

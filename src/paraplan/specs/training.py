@@ -143,6 +143,17 @@ class TrainingSpec:
         return max(1, self.gbs // (self.mbs * self.dp))
 
     @property
+    def grad_reduce_bytes(self) -> int:
+        """Bytes per gradient element in data-parallel reductions: fp32 when reduced in fp32 (Megatron
+        `--accumulate-allreduce-grads-in-fp32`, torch FSDP `reduce_dtype`) or trained in fp32, else 16-bit."""
+        return 4 if self.grad_reduce_in_fp32 or self.precision == "fp32" else 2
+
+    @property
+    def param_gather_bytes(self) -> int:
+        """Bytes per parameter element that sharded data parallelism all-gathers (the compute copy)."""
+        return 4 if self.precision == "fp32" else 2
+
+    @property
     def shards_params(self) -> bool:
         return self.fsdp or self.zero_stage >= 3
 

@@ -58,8 +58,9 @@ FRAMEWORK_DEFAULTS: dict[str, dict[str, object]] = {
         "expert_tensor_parallel_size": 1,
         "cross_entropy_fusion": True,  # the recipes set cross_entropy_loss_fusion
     },
-    # DeepSpeed (ZeRO, as in Narayanan et al. SC21 Table 2): gradients are reduced in the training dtype under
-    # fp16 (`communication_data_type` follows the regime; stage 3's `allreduce_always_fp32` is off by default).
+    # DeepSpeed: gradients are reduced in the training dtype under fp16 (config `fp32_allreduce`, off by default;
+    # `communication_data_type` follows the regime). Megatron-LM rows with ZeRO-3 (SC21 Table 2) switch to this
+    # framework but keep Megatron-LM's defaults (its model code), which resolve the same.
     "deepspeed": {
         "grad_reduce_in_fp32": "bf16",
     },
