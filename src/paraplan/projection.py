@@ -172,6 +172,7 @@ class _StageSums:
     measured: float = 0.0
     max_layer_params: float = 0.0
     max_full_saved: float = 0.0
+    refetch_params: float = 0.0
 
 
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)  # a tuner run meets a few thousand stages; each entry is small
@@ -201,6 +202,7 @@ def _stage_sums(
         _add(total.comm_exposed, cost.comm_exposed_s, count)
         total.dense_params += cost.dense_params * count
         total.expert_params += cost.expert_params * count
+        total.refetch_params += cost.refetch_params * count
         total.flops += cost.forward_flops * count
         total.recompute_flops += cost.recompute_flops * count
         total.profiled += cost.profiled_s * count
@@ -226,6 +228,9 @@ def _chunk_cost(
     dp_grad, dp_gather, fsdp_gather, fsdp_rs = _dp_times(
         total.dense_params, total.expert_params, train, system, cal, groups, units
     )
+    params = total.dense_params + total.expert_params
+    # ZeRO-3 under recompute: the backward gathers again the share of the weights the recomputed forward released
+    refetch = fsdp_gather * total.refetch_params / params if train.refetches_recomputed_params and params else 0.0
     chunk = ChunkCost(
         forward_s=total.f + cal.microbatch_overhead_s / chunks,
         backward_input_s=total.b,
@@ -237,6 +242,7 @@ def _chunk_cost(
         dp_param_gather_s=dp_gather,
         fsdp_gather_s=fsdp_gather,
         fsdp_reduce_scatter_s=fsdp_rs,
+        fsdp_refetch_s=refetch,
         recompute_s=total.recompute,
     )
     extra = ChunkExtras(host_bound_s=total.host, profiled_s=total.profiled, measured_s=total.measured)

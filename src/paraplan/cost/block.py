@@ -51,6 +51,7 @@ class BlockCost:
     forward_comm_exposed_s: float = 0.0  # exposed intra-layer communication inside forward_s
     backward_comm_exposed_s: float = 0.0  # inside backward_input_s, recompute's included
     recompute_compute_s: float = 0.0  # recompute_s without its communication
+    refetch_params: int = 0  # weights a ZeRO-3 backward fetches again after the recomputed forward used them
     measured: bool = False  # compute times come from a real run of this block (hybrid projection)
 
 
@@ -90,6 +91,24 @@ def weight_params(op: Op) -> int:
     if op.kind is not OpKind.GEMM or op.gemm is None or op.name.removeprefix("mtp_") in WEIGHT_PARAMS_EXEMPT:
         return 0
     return op.gemm.k * op.gemm.n * op.gemm.count
+
+
+# DeepSpeed ZeRO-3 releases a parameter after its module's forward unless it is used again within
+# `stage3_max_reuse_distance` parameters (default 1e9; DeepSpeed ZeRO-3 configuration docs).
+ZERO3_MAX_REUSE_DISTANCE_PARAMS = 1e9
+
+
+def refetched_params(redo: Sequence[Op], max_reuse_params: float = ZERO3_MAX_REUSE_DISTANCE_PARAMS) -> int:
+    """Weights (parameters on this GPU) that the recomputed forward `redo` gathers and the backward right after it
+    must gather again: weight j is next used after the weights that follow it, forward then backward, so its
+    reuse distance is twice their parameters; the last weight (distance 0) stays."""
+    refetched, after = 0, 0
+    for op in reversed(redo):
+        n = weight_params(op)
+        if n and 2 * after > max_reuse_params:
+            refetched += n
+        after += n
+    return refetched
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,4 +246,5 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
         forward_comm_exposed_s=sum(fwd.comm_exposed_s.values()),
         backward_comm_exposed_s=sum(bwd.comm_exposed_s.values()) + sum(rec.comm_exposed_s.values()),
         recompute_compute_s=rec.compute_s,
+        refetch_params=refetched_params(redo) if redo else 0,
     )

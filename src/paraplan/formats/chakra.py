@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from paraplan.cost.block import weight_params
+from paraplan.cost.block import refetched_params, weight_params
 from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.comm import collective_time_s, place_group
 from paraplan.cost.compute import compute_time_s
@@ -297,6 +297,7 @@ def rank_program(
     stage_of = {rc: v for v, rc in enumerate(order)}
     parts = {v: _stage_parts(model, shard, train, stages[v]) for v, (r, _) in enumerate(order) if r == pp_rank}
     params = {v: _params(ops for _, _, ops in parts[v]) for v in parts}
+    refetch = {v: _refetch(parts[v], params[v]) for v in parts} if train.refetches_recomputed_params else {}
     p2p_bytes = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
     p2p_micros = _micros(costs.collective_s(CommKind.SEND_RECV, p2p_bytes, "pp"))
     schedule = "gpipe" if train.pipeline_schedule == "gpipe" else "1f1b"
@@ -310,6 +311,8 @@ def rank_program(
         label = f"{kind}.mb{mb}.s{v}"
         if train.shards_params:  # FSDP: gather the chunk's parameters before its forward and its backward
             program.data_parallel(f"{label}.fsdp_gather", CommKind.ALL_GATHER, param_bytes, params[v], chain=True)
+        if kind == "B" and refetch.get(v):  # ZeRO-3: again, what the recomputed forward released
+            program.data_parallel(f"{label}.fsdp_refetch", CommKind.ALL_GATHER, param_bytes, refetch[v], chain=True)
         if kind == "F":
             if v > 0:
                 program.p2p(f"{label}.recv_act", False, p2p_bytes, _tag(mb, v, False, len(order)), v - 1, p2p_micros)
@@ -347,6 +350,15 @@ def rank_program(
             dp_ends += program.data_parallel(f"s{v}.grad_reduce", kind_dp, grad_bytes, params[v], chain=not overlap)
     _optimizer(program, train, system, cal, params, dp_ends)
     return program.slots
+
+
+def _refetch(parts, params: tuple[float, float]) -> tuple[float, float]:
+    """(dense, expert) parameters a ZeRO-3 backward gathers again after the recomputed forward: the recomputed
+    weights' share of the chunk's parameters, as in the projection."""
+    total = params[0] + params[1]
+    again = sum(refetched_params(ops) for _, mode, ops in parts if mode == "full")
+    share = again / total if total else 0.0
+    return params[0] * share, params[1] * share
 
 
 def _params(op_lists) -> tuple[float, float]:

@@ -42,6 +42,8 @@ class ChunkCost:
     """FSDP: per micro-batch reduce-scatter of this chunk's gradients after its weight gradients; 0 if none."""
     recompute_s: float = 0.0
     """The part of `backward_input_s` that recomputes the forward (only used to name parts of the step)."""
+    fsdp_refetch_s: float = 0.0
+    """ZeRO-3 under recompute: the all-gather again, before B, of the parameters the recomputed forward released."""
 
     @property
     def total_s(self) -> float:

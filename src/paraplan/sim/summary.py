@@ -169,7 +169,9 @@ def _parts(
     comm_total = {k: sum(n * c.comm_total_s.get(k, 0.0) for n, c in zip(mbs, row, strict=True)) for k in kinds}
     comm_total["pp"] = plan.sends_per_rank[critical] * costs.p2p_s
     comm_total["dp"] = sum(c.dp_grad_reduce_s + c.dp_param_gather_s for c in row)
-    comm_total["fsdp"] = sum(n * (2 * c.fsdp_gather_s + c.fsdp_reduce_scatter_s) for n, c in zip(mbs, row, strict=True))
+    comm_total["fsdp"] = sum(
+        n * (2 * c.fsdp_gather_s + c.fsdp_refetch_s + c.fsdp_reduce_scatter_s) for n, c in zip(mbs, row, strict=True)
+    )
     comm_exposed = dict(exposed_intra)
     comm_exposed["pp"] = pp_exposed
     comm_exposed["dp"] = breakdown["dp_grad_reduce_exposed"] + gather_wait + gather_after_s

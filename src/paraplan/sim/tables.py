@@ -56,7 +56,8 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
     dur = grid((f, b, w, b + w))
     gather_s = column([c.fsdp_gather_s for c in flat])
     scatter_s = column([c.fsdp_reduce_scatter_s for c in flat])
-    gather = grid((gather_s, gather_s, zero, gather_s))
+    before_b = gather_s + column([c.fsdp_refetch_s for c in flat])
+    gather = grid((gather_s, before_b, zero, before_b))
     scatter = grid((zero, zero, scatter_s, scatter_s))
     if not parts and not plan.pair_keys:
         none = np.zeros(n_keys)

@@ -20,6 +20,8 @@ activations; CPU reference runs, `paraplan.measure.e2e`). fp32 math is costed on
 (`specs.system.PRECISION_PEAK_KEY`): a CPU's spec puts its fp32 matmul rate there."""
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 RECOMPUTES = ("none", "selective", "full")
+ZERO3_REFETCH_FRAMEWORKS = frozenset({"deepspeed", "megatron-deepspeed"})
+"""Frameworks whose ZeRO-3 releases parameters after every module forward (DeepSpeed's stage-3 hooks)."""
 
 ALIASES: dict[str, str] = {
     "tp": "tensor_model_parallel_size",
@@ -156,6 +158,13 @@ class TrainingSpec:
     @property
     def shards_params(self) -> bool:
         return self.fsdp or self.zero_stage >= 3
+
+    @property
+    def refetches_recomputed_params(self) -> bool:
+        """Sharded parameters are freed after each module's forward, the recomputed one's too, and fetched again
+        for its backward (DeepSpeed ZeRO-3's post-forward release, short of `stage3_max_reuse_distance`); torch
+        FSDP keeps what the recomputed forward gathered for the backward that follows it."""
+        return self.shards_params and self.framework in ZERO3_REFETCH_FRAMEWORKS
 
     @property
     def shards_optimizer(self) -> bool:
