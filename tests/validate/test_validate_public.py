@@ -3,6 +3,7 @@
 import csv
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from paraplan.cli.main import app
@@ -82,3 +83,20 @@ def test_deepspeed_zero3_rows_reduce_fp16_gradients_in_fp16(public_csv) -> None:
     for run in zero3:
         assert run.train.framework == "deepspeed" and run.train.precision == "fp16"
         assert not run.train.grad_reduce_in_fp32 and "grad_reduce_in_fp32=False" in run.defaults_used
+
+
+def test_fastest_gap_and_tau_at_one_global_batch() -> None:
+    from paraplan.validate.report import RowResult, ValidationReport
+
+    def row(name: str, batch: int, measured: float, predicted: float) -> RowResult:
+        group = ("gpt", "a100", 8)
+        return RowResult(name, "vTrain_x", "step_time_s", measured, predicted, group, measured, predicted, (), batch)
+
+    # batch 4 is always faster than batch 8; inside batch 8 the projection picks the slower layout
+    rows = [row("a", 4, 1.0, 1.0), row("b", 4, 1.5, 1.5), row("c", 8, 2.0, 2.2), row("d", 8, 2.5, 2.1)]
+    report = ValidationReport(rows, [])
+    assert report.fastest_gap_pct("vTrain") == {"gpt/a100/8": 0.0}
+    by_batch = report.fastest_gap_pct("vTrain", fixed_batch=True)
+    assert by_batch == {"gpt/a100/8/4": 0.0, "gpt/a100/8/8": pytest.approx(25.0)}
+    assert report.kendall_tau(fixed_batch=True) == pytest.approx(0.0)  # one pair right, one wrong
+    assert report.kendall_tau() > 0.0

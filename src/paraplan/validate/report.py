@@ -27,6 +27,7 @@ class RowResult:
     measured_step_s: float
     predicted_step_s: float
     attrs: tuple[tuple[str, str], ...] = ()  # gpu, arch, precision, framework, layout: for error analysis
+    global_batch: int = 0
 
     @property
     def error_pct(self) -> float:
@@ -54,16 +55,19 @@ class ValidationReport:
     def row_mape_pct(self) -> float:
         return sum(abs(r.error_pct) for r in self.rows) / len(self.rows) if self.rows else float("nan")
 
-    def kendall_tau(self, source_prefix: str = "") -> float:
-        """Pooled Kendall tau over all pairs inside groups of the same model, GPU and GPU count."""
-        return kendall_within_groups(r for r in self.rows if r.source.startswith(source_prefix))
+    def kendall_tau(self, source_prefix: str = "", fixed_batch: bool = False) -> float:
+        """Pooled Kendall tau over all pairs inside groups of the same model, GPU and GPU count (and global batch)."""
+        rows = (r for r in self.rows if r.source.startswith(source_prefix))
+        return kendall_within_groups(rows, fixed_batch)
 
-    def fastest_gap_pct(self, source_prefix: str = "") -> dict[str, float]:
-        """Per group: how much slower (measured) the projected-fastest configuration is than the measured fastest."""
+    def fastest_gap_pct(self, source_prefix: str = "", fixed_batch: bool = False) -> dict[str, float]:
+        """Per group: how much slower (measured) the projected-fastest configuration is than the measured fastest.
+        fixed_batch: groups also share the global batch (the tuner's question: the same job, another layout);
+        otherwise a group's fastest run is often simply its smallest batch."""
         groups: dict[tuple, list[RowResult]] = defaultdict(list)
         for r in self.rows:
             if r.source.startswith(source_prefix):
-                groups[r.group].append(r)
+                groups[(*r.group, r.global_batch) if fixed_batch else r.group].append(r)
         gaps = {}
         for key, members in groups.items():
             if len(members) < 2:
@@ -106,10 +110,10 @@ class ValidationReport:
         }
 
 
-def kendall_within_groups(rows: Iterable[RowResult]) -> float:
+def kendall_within_groups(rows: Iterable[RowResult], fixed_batch: bool = False) -> float:
     groups: dict[tuple, list[RowResult]] = defaultdict(list)
     for r in rows:
-        groups[r.group].append(r)
+        groups[(*r.group, r.global_batch) if fixed_batch else r.group].append(r)
     concordant = discordant = 0
     for members in groups.values():
         for i in range(len(members)):
@@ -220,6 +224,7 @@ def validate_rows(
                 measured_step_s=step_time_of(run.metric, run.value, run) if run.metric != "memory_gib" else run.value,
                 predicted_step_s=proj.step_time_s if run.metric != "memory_gib" else predicted,
                 attrs=_attributes(run),
+                global_batch=run.train.gbs,
             )
         )
     return ValidationReport(results, skipped)
