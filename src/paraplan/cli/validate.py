@@ -82,7 +82,8 @@ def markdown_table(result: ValidationReport) -> str:
     lines.append(
         f"Kendall tau within (model, GPU, GPU count) groups: {result.kendall_tau():.3f} (all), "
         f"{result.kendall_tau('vTrain'):.3f} (vTrain); at one global batch: "
-        f"{result.kendall_tau(fixed_batch=True):.3f} (all), {result.kendall_tau('vTrain', fixed_batch=True):.3f} (vTrain)."
+        f"{result.kendall_tau(fixed_batch=True):.3f} (all), "
+        f"{result.kendall_tau('vTrain', fixed_batch=True):.3f} (vTrain)."
     )
     lines += fastest_gap_lines(result)
     if result.skipped:
