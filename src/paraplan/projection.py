@@ -10,7 +10,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from paraplan.cost.block import MATMUL_KINDS, BlockContext, BlockCost, MeasuredBlock, block_cost, with_measured_compute
+from paraplan.cost.block import (
+    MATMUL_KINDS,
+    BlockContext,
+    BlockCost,
+    MeasuredBlock,
+    block_cost,
+    repeated_s,
+    runahead_s,
+    with_measured_compute,
+)
 from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
 from paraplan.graph import layers as L
@@ -193,10 +202,11 @@ def _stage_sums(
         if measured and kind in measured:
             cost = with_measured_compute(cost, measured[kind])
             total.measured += (cost.forward_s + cost.backward_input_s + cost.backward_weight_s) * count
-        total.f += cost.forward_s * count
-        total.b += cost.backward_input_s * count
-        total.w += cost.backward_weight_s * count
-        total.recompute += cost.recompute_s * count
+        f, b, w, redo = repeated_s(cost, count)  # the layers of a stage share one launch queue
+        total.f += f
+        total.b += b
+        total.w += w
+        total.recompute += redo
         total.saved += cost.saved_bytes * count
         _add(total.comm_total, cost.comm_total_s, count)
         _add(total.comm_exposed, cost.comm_exposed_s, count)
@@ -206,7 +216,7 @@ def _stage_sums(
         total.flops += cost.forward_flops * count
         total.recompute_flops += cost.recompute_flops * count
         total.profiled += cost.profiled_s * count
-        total.host += cost.host_bound_s * count
+        total.host += cost.host_bound_s * count - runahead_s(cost, count)
         if kind in ("dense", "moe"):
             total.num_layers += count
             total.max_layer_params = max(total.max_layer_params, cost.dense_params + cost.expert_params)

@@ -83,3 +83,21 @@ def test_softmax_exponentials_bound_attention_where_the_sfus_are_slow() -> None:
     exps = 1 * 32 * 8192 * 8192 * 0.5  # causal
     saved = exps / (gb200.exp_tera_per_s * 1e12) - exps / (gb300.exp_tera_per_s * 1e12)
     assert compute_time_s(op, gb200, cal) - compute_time_s(op, gb300, cal) == pytest.approx(saved)
+
+
+@pytest.mark.parametrize("host", [5e-6, 20e-6, 60e-6])
+def test_layers_in_one_queue_cost_what_the_queue_gives_their_concatenation(host: float) -> None:
+    from paraplan.cost.block import block_cost, repeated_s
+    from paraplan.projection import group_placements
+
+    train = TrainingSpec(tensor_model_parallel_size=2, micro_batch_size=1, seq_length=1024)
+    system = system_preset("a100-sxm4-80gb", 8)
+    ctx = BlockContext(system, Calibration(host_launch_s=host), group_placements(train, system), False, False)
+    ops = L.decoder_layer_ops(model_preset("llama3.1-8b"), L.Shard.of(train), moe=False)
+    one = block_cost(ops, "none", ctx)
+    three = _phase_times(ops * 3, ctx, host)  # three layers issued into one stream, timed from an empty queue
+    forward, *_ = repeated_s(one, 3)
+    assert forward == pytest.approx(three.compute_s + one.forward_comm_exposed_s * 3, rel=1e-9)
+    assert forward <= 3 * one.forward_s
+    alone = _phase_times(ops, ctx, host)
+    assert one.forward_runahead_s <= alone.host_bound_s + 1e-15  # it only ever hides host time

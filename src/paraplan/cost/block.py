@@ -52,6 +52,12 @@ class BlockCost:
     backward_comm_exposed_s: float = 0.0  # inside backward_input_s, recompute's included
     recompute_compute_s: float = 0.0  # recompute_s without its communication
     refetch_params: int = 0  # weights a ZeRO-3 backward fetches again after the recomputed forward used them
+    # Time each phase saves when the block follows an identical one in the same launch queue: the host issues
+    # ahead instead of starting from an empty queue (forward; backward input with its recompute; weight)
+    forward_runahead_s: float = 0.0
+    backward_input_runahead_s: float = 0.0
+    backward_weight_runahead_s: float = 0.0
+    recompute_runahead_s: float = 0.0  # the recompute's part of backward_input_runahead_s
     measured: bool = False  # compute times come from a real run of this block (hybrid projection)
 
 
@@ -83,8 +89,30 @@ def with_measured_compute(cost: BlockCost, measured: MeasuredBlock) -> BlockCost
         recompute_compute_s=recompute_compute,
         profiled_s=0.0,
         host_bound_s=0.0,
+        forward_runahead_s=0.0,
+        backward_input_runahead_s=0.0,
+        backward_weight_runahead_s=0.0,
+        recompute_runahead_s=0.0,
         measured=True,
     )
+
+
+def repeated_s(cost: BlockCost, count: int) -> tuple[float, float, float, float]:
+    """(forward, backward input, backward weight, recompute) seconds of `count` identical blocks back-to-back in
+    one launch queue: the first from an empty queue, each further one `*_runahead_s` shorter (`_phase_times`)."""
+    extra = max(0, count - 1)
+    return (
+        cost.forward_s * count - cost.forward_runahead_s * extra,
+        cost.backward_input_s * count - cost.backward_input_runahead_s * extra,
+        cost.backward_weight_s * count - cost.backward_weight_runahead_s * extra,
+        cost.recompute_s * count - cost.recompute_runahead_s * extra,
+    )
+
+
+def runahead_s(cost: BlockCost, count: int) -> float:
+    """Host-bound time that `count` back-to-back identical blocks save over `count` blocks timed alone."""
+    saved = cost.forward_runahead_s + cost.backward_input_runahead_s + cost.backward_weight_runahead_s
+    return saved * max(0, count - 1)
 
 
 def weight_params(op: Op) -> int:
@@ -135,6 +163,7 @@ class _PhaseTime:
     profiled_s: float = 0.0
     comm_total_s: dict[str, float] = field(default_factory=dict)
     comm_exposed_s: dict[str, float] = field(default_factory=dict)
+    runahead_s: float = 0.0  # saved when the phase repeats back-to-back (see `_phase_times`)
 
 
 def _exposed_fraction(label: str, ctx: BlockContext) -> float | None:
@@ -155,9 +184,15 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
     make a phase launch-bound (PyTorch eager), and a phase that mixes both pays the host time of the ops
     before its long kernels as well. MoE layers after the token-count device-to-host sync of Megatron's
     all-to-all dispatcher cannot run ahead: there the host waits for the GPU before each op.
+
+    The phase is timed from an empty queue. When n identical phases follow each other in one queue (the layers
+    of a pipeline stage), the last finishes at T1 + (n - 1) * max(host, GPU) (the max-plus closed form of the
+    rule above), so each repeat saves `runahead_s` = T1 - max(host, GPU): the host issues the next layer's
+    kernels while this layer's long ones run. Nothing is saved when the host waits for the GPU (MoE).
     """
     out = _PhaseTime()
     issued = finish = gpu = exposed_in_queue = 0.0
+    synced = False
     deferred: dict[str, float] = {}
     for op in ops:
         if op.kind is OpKind.COMM:
@@ -182,6 +217,7 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
         host_s = host_s_per_op * op.host_ops
         gpu += seconds
         if "moe" in op.tags:  # the host waits for the GPU, then issues: max(GPU, host) per op
+            synced = True
             issued = finish = max(finish, issued) + max(seconds, host_s)
         else:
             issued += host_s
@@ -197,6 +233,7 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
         out.comm_exposed_s[label] = out.comm_exposed_s.get(label, 0.0) + exposed
     out.host_bound_s = max(0.0, compute - gpu)
     out.compute_s = compute
+    out.runahead_s = 0.0 if synced else max(0.0, finish - max(issued, gpu + exposed_in_queue))
     return out
 
 
@@ -247,4 +284,8 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
         backward_comm_exposed_s=sum(bwd.comm_exposed_s.values()) + sum(rec.comm_exposed_s.values()),
         recompute_compute_s=rec.compute_s,
         refetch_params=refetched_params(redo) if redo else 0,
+        forward_runahead_s=fwd.runahead_s,
+        backward_input_runahead_s=bwd.runahead_s + rec.runahead_s,
+        backward_weight_runahead_s=wgt.runahead_s,
+        recompute_runahead_s=rec.runahead_s,
     )

@@ -8,12 +8,13 @@ below the cost of the prompt it stands for.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost.block import BlockContext, block_cost, weight_params
+from paraplan.cost.block import BlockContext, block_cost, repeated_s, weight_params
 from paraplan.cost.calibration import calibration_for
 from paraplan.graph import layers as L
 from paraplan.projection import group_placements
@@ -43,8 +44,10 @@ def _prefill_s(model: ModelSpec, system: SystemSpec, tp: int, tokens: int) -> fl
     ctx = _context(system, tp)
     shard = _shard(tokens, tp)
     kinds = {model.is_moe_layer(i) for i in range(model.num_layers)}
-    per_kind = {moe: block_cost(L.decoder_layer_ops(model, shard, moe), "none", ctx).forward_s for moe in kinds}
-    total = sum(per_kind[model.is_moe_layer(i)] for i in range(model.num_layers))
+    per_kind = {moe: block_cost(L.decoder_layer_ops(model, shard, moe), "none", ctx) for moe in kinds}
+    counts = Counter(model.is_moe_layer(i) for i in range(model.num_layers))
+    # the layers share one launch queue: each after the first of its kind issues ahead (`repeated_s`)
+    total = sum(repeated_s(per_kind[moe], n)[0] for moe, n in counts.items())
     total += block_cost(L.embedding_ops(model, shard), "none", ctx).forward_s
     last = _shard(1, tp)
     total += block_cost(L.head_ops(model, last, L.padded_vocab(model, tp)), "none", ctx).forward_s

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from paraplan.cost.block import BlockContext, BlockCost, block_cost
+from paraplan.cost.block import BlockContext, BlockCost, block_cost, repeated_s
 from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
 from paraplan.graph import layers as L
@@ -152,9 +152,10 @@ def stage_cost(
         parts.append((costs.embedding, 1))
     if head:
         parts.append((costs.head, 1))
-    f = sum(c.forward_s * k for c, k in parts) + costs.calibration.microbatch_overhead_s
-    b = sum(c.backward_input_s * k for c, k in parts)
-    w = sum(c.backward_weight_s * k for c, k in parts)
+    runs = [repeated_s(c, k) for c, k in parts]  # the layers of a stage share one launch queue
+    f = sum(run[0] for run in runs) + costs.calibration.microbatch_overhead_s
+    b = sum(run[1] for run in runs)
+    w = sum(run[2] for run in runs)
     params = sum((c.dense_params + c.expert_params) * k for c, k in parts)
     p2p = collective_time_s(
         CommKind.SEND_RECV, costs.layer_input_bytes, GroupPlacement(2, 1, 2), system, costs.calibration
