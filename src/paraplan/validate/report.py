@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -28,6 +27,10 @@ class RowResult:
     predicted_step_s: float
     attrs: tuple[tuple[str, str], ...] = ()  # gpu, arch, precision, framework, layout: for error analysis
     global_batch: int = 0
+
+    def group_key(self, fixed_batch: bool = False) -> tuple:
+        """The ranking group: model, GPU and GPU count, and the global batch too when `fixed_batch`."""
+        return (*self.group, self.global_batch) if fixed_batch else self.group
 
     @property
     def error_pct(self) -> float:
@@ -67,7 +70,7 @@ class ValidationReport:
         groups: dict[tuple, list[RowResult]] = defaultdict(list)
         for r in self.rows:
             if r.source.startswith(source_prefix):
-                groups[(*r.group, r.global_batch) if fixed_batch else r.group].append(r)
+                groups[r.group_key(fixed_batch)].append(r)
         gaps = {}
         for key, members in groups.items():
             if len(members) < 2:
@@ -113,7 +116,7 @@ class ValidationReport:
 def kendall_within_groups(rows: Iterable[RowResult], fixed_batch: bool = False) -> float:
     groups: dict[tuple, list[RowResult]] = defaultdict(list)
     for r in rows:
-        groups[(*r.group, r.global_batch) if fixed_batch else r.group].append(r)
+        groups[r.group_key(fixed_batch)].append(r)
     concordant = discordant = 0
     for members in groups.values():
         for i in range(len(members)):
@@ -186,7 +189,9 @@ def _scale(num_gpus: int, gpus_per_node: int) -> str:
     """One node, or the power-of-four bracket of the GPU count (synchronous jobs slow with size: `at_scale`)."""
     if num_gpus <= gpus_per_node:
         return "1 node"
-    upper = 4 ** math.ceil(math.log(num_gpus, 4))
+    upper = 4
+    while upper < num_gpus:  # integers: a float log can round a power of four up a bracket
+        upper *= 4
     return f"{upper // 4 + 1}-{upper} GPUs"
 
 
