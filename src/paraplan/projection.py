@@ -254,6 +254,8 @@ def _chunk_cost(
         fsdp_reduce_scatter_s=fsdp_rs,
         fsdp_refetch_s=refetch,
         recompute_s=total.recompute,
+        fsdp_units=units,
+        fsdp_on_demand=train.gathers_on_demand,
     )
     extra = ChunkExtras(host_bound_s=total.host, profiled_s=total.profiled, measured_s=total.measured)
     return chunk, extra, total.dense_params, total.expert_params

@@ -22,6 +22,8 @@ def random_chunk(rng: random.Random, fsdp: bool) -> ChunkCost:
         dp_param_gather_s=rng.choice([0.0, rng.uniform(0, 3)]),
         fsdp_gather_s=fsdp * rng.uniform(0, 2),
         fsdp_reduce_scatter_s=fsdp * rng.uniform(0, 2),
+        fsdp_units=rng.choice([1, 1, 4, 32]),
+        fsdp_on_demand=fsdp and rng.random() < 0.25,
     )
 
 

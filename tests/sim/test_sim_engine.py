@@ -210,6 +210,34 @@ def test_fsdp_prefetch_and_exposure() -> None:
     assert slow.comm_exposed_s["fsdp"] > 1.5
 
 
+def test_fsdp_units_pipeline_the_edges() -> None:
+    """In u units, the first task waits for one unit of its gather, and only the last unit's reduce-scatter
+    comes after the last task; a gather longer than the task stretches it to the gather's end + 1/u of it."""
+    u = 4
+    hidden = run("1f1b", 1, 8, uniform_chunk(1.0, 2.0, fsdp_gather_s=0.5, fsdp_reduce_scatter_s=0.5, fsdp_units=u))
+    assert hidden.step_time_s == pytest.approx(8 * 3.0 + 0.5 / u + 0.5 / u)
+    assert hidden.comm_exposed_s["fsdp"] == pytest.approx(1.0 / u)
+    one = run("1f1b", 1, 1, uniform_chunk(1.0, 2.0, fsdp_gather_s=4.0, fsdp_units=u))
+    # F waits for 4 - 3/4 (its last unit arrives at 4, then computes 1/4); B's gather starts with F, ends at 8
+    assert one.step_time_s == pytest.approx(4.0 + 4.0 + 2.0 / u)
+    assert (
+        one.step_time_s
+        == simulate(
+            uniform_costs("1f1b", 1, 1, uniform_chunk(1.0, 2.0, fsdp_gather_s=4.0, fsdp_units=u)), engine="events"
+        ).step_time_s
+    )
+
+
+def test_fsdp_on_demand_adds_up() -> None:
+    """Gathered on demand (DeepSpeed ZeRO-3), the communication is not hidden: each task waits for its own
+    gather, issued when the rank is ready, and each reduce-scatter holds the rank."""
+    chunk = uniform_chunk(1.0, 2.0, fsdp_gather_s=0.5, fsdp_reduce_scatter_s=0.25, fsdp_on_demand=True)
+    for engine in ("fast", "events"):
+        res = simulate(uniform_costs("1f1b", 1, 3, chunk), engine=engine)
+        assert res.step_time_s == pytest.approx(3 * (1.0 + 2.0 + 2 * 0.5 + 0.25))
+        assert res.comm_exposed_s["fsdp"] == pytest.approx(3 * (2 * 0.5 + 0.25))
+
+
 def test_p2p_and_critical_path() -> None:
     for pp, m in ((2, 2), (4, 8), (8, 16)):
         res = run("1f1b", pp, m, uniform_chunk(1.0, 2.0), p2p_s=0.25)

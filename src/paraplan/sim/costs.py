@@ -44,6 +44,13 @@ class ChunkCost:
     """The part of `backward_input_s` that recomputes the forward (only used to name parts of the step)."""
     fsdp_refetch_s: float = 0.0
     """ZeRO-3 under recompute: the all-gather again, before B, of the parameters the recomputed forward released."""
+    fsdp_units: int = 1
+    """FSDP/ZeRO-3 units of this chunk (one per wrapped layer, or per parameter tensor): each gathers and
+    reduce-scatters on its own, so a task can start once its first unit has arrived and the reduce-scatter
+    of a unit starts when that unit's gradients are made (`paraplan.sim.timeline`)."""
+    fsdp_on_demand: bool = False
+    """FSDP/ZeRO-3 without prefetch: a task's gather is issued only once the rank is ready for it, and its
+    reduce-scatter holds the rank until done (DeepSpeed ZeRO-3, `TrainingSpec.gathers_on_demand`)."""
 
     @property
     def total_s(self) -> float:
@@ -115,6 +122,8 @@ def uniform_chunk(
     dp_param_gather_s: float = 0.0,
     fsdp_gather_s: float = 0.0,
     fsdp_reduce_scatter_s: float = 0.0,
+    fsdp_units: int = 1,
+    fsdp_on_demand: bool = False,
 ) -> ChunkCost:
     """A `ChunkCost` with the given times (tests, benchmarks, what-if studies)."""
     return ChunkCost(
@@ -128,6 +137,8 @@ def uniform_chunk(
         dp_param_gather_s=dp_param_gather_s,
         fsdp_gather_s=fsdp_gather_s,
         fsdp_reduce_scatter_s=fsdp_reduce_scatter_s,
+        fsdp_units=fsdp_units,
+        fsdp_on_demand=fsdp_on_demand,
     )
 
 

@@ -18,7 +18,7 @@ from paraplan.sim.costs import PipelineCosts
 from paraplan.sim.loops_jit import JitRows, loops
 from paraplan.sim.plan import Plan
 from paraplan.sim.tables import DurationTables
-from paraplan.sim.timeline import Timeline, bucket_delays_s
+from paraplan.sim.timeline import Timeline, bucket_delays_s, param_lead_s, scatter_done_s
 
 MAX_DEPS = 3  # a pair's two cross-rank inputs and a release slot
 
@@ -155,13 +155,18 @@ def full_loop(
     dp_free: list[float],
 ) -> Timeline:
     """The loop with the DP stream played inline: the FSDP gather for task i+1 is issued when task i starts,
-    then the gradient buckets of task i, then its reduce-scatter when it ends (the issue order of
-    `paraplan.sim.timeline`)."""
+    then the gradient buckets of task i, then its reduce-scatter as its gradients are made (the issue order of
+    `paraplan.sim.timeline`); on demand, task i's reduce-scatter and then task i+1's gather once task i ends."""
     n, pp = plan.n_tasks, plan.pp
     buckets = costs.dp_buckets_per_chunk
     gathers = tables.fsdp_gather_s
     gather_next = np.append(gathers, 0.0)[rows.next_keys].tolist()
+    dur_next = np.append(tables.dur_s, 0.0)[rows.next_keys].tolist()
+    units_next = np.append(tables.fsdp_units, 1.0)[rows.next_keys].tolist()
     scatters = tables.fsdp_scatter_s[rows.keys].tolist()
+    units_own = tables.fsdp_units[rows.keys].tolist()
+    demand = tables.fsdp_on_demand[rows.keys].tolist()
+    demand_next = np.append(tables.fsdp_on_demand, 0.0)[rows.next_keys].tolist()
     reduce_share = [0.0] * n  # gradient bucket size of the chunk whose last weight gradient a task makes
     if costs.overlap_grad_reduce:
         position = positions_of(plan)
@@ -171,21 +176,23 @@ def full_loop(
                     reduce_share[position[task]] = costs.chunks[rank][c].dp_grad_reduce_s / buckets
     dp = list(dp_free)
     gate = [0.0] * (n + 2)
+    units = tables.fsdp_units
     for rank in range(pp):  # the first task's gather is issued at the start of the step
         head = plan.lo[rank]
-        head_gather = float(gathers[plan.cost_key[head]]) if head < plan.hi[rank] else 0.0
+        key = plan.cost_key[head]
+        head_gather = float(gathers[key]) if head < plan.hi[rank] else 0.0
         if head_gather > 0:
+            gate[head] = dp[rank] + param_lead_s(head_gather, float(tables.dur_s[key]), float(units[key]))
             dp[rank] += head_gather
-            gate[head] = dp[rank]
     grads_done = [0.0] * pp
     scatters_done = [0.0] * pp
     pp_free = [0.0] * pp
     p2p = costs.p2p_s
     dep0, dep1, dep2 = rows.deps
     free = [gate[head] for head in plan.lo]  # per rank: its previous task has ended and this task's gather arrived
-    for i, a, b, c, d, r, k0, k1, g, sc, share in zip(
-        rows.tasks, dep0, dep1, dep2, durs, rows.ranks, rows.send0, rows.send1, gather_next, scatters, reduce_share,
-        strict=True,
+    for i, a, b, c, d, r, k0, k1, g, dn, un, mn, sc, u, m, share in zip(
+        rows.tasks, dep0, dep1, dep2, durs, rows.ranks, rows.send0, rows.send1, gather_next, dur_next, units_next,
+        demand_next, scatters, units_own, demand, reduce_share, strict=True,
     ):  # fmt: skip
         s = free[r]
         x = t[a]
@@ -200,13 +207,24 @@ def full_loop(
         start[i] = s
         e = s + d
         t[i] = e
-        if g > 0:  # prefetch the next task's parameters
-            f = dp[r] if dp[r] > s else s
-            f += g
-            dp[r] = gate[i + 1] = f
-            free[r] = e if e > f else f
+        held = e  # until when the rank is held: the task, and on demand its reduce-scatter
+        if m and sc > 0:  # on demand: the reduce-scatter holds the rank
+            dp[r] = (dp[r] if dp[r] > e else e) + sc
+            scatters_done[r] = held = dp[r]
+            sc = 0.0
+        if g > 0:
+            if mn:  # gathered on demand: issued once this task is done
+                f = dp[r] if dp[r] > e else e
+                f += g
+                dp[r] = gate[i + 1] = f
+            else:  # prefetch the next task's parameters
+                f = dp[r] if dp[r] > s else s
+                dp[r] = f + g
+                f += param_lead_s(g, dn, un)
+                gate[i + 1] = f
+            free[r] = held if held > f else f
         else:
-            free[r] = e
+            free[r] = held
         if k0:
             f = pp_free[r]
             if f < e:
@@ -223,7 +241,7 @@ def full_loop(
                 dp[r] = (dp[r] if dp[r] > ready else ready) + share
             grads_done[r] = dp[r]
         if sc > 0:
-            dp[r] = (dp[r] if dp[r] > e else e) + sc
+            dp[r] = scatter_done_s(dp[r], s, d, sc, u)
             scatters_done[r] = dp[r]
     end = t[: n + 1]
     end[0] = 0.0
@@ -254,19 +272,22 @@ def full_loop_jit(
                     reduce_share[position[task]] = costs.chunks[rank][c].dp_grad_reduce_s / buckets
     dp = list(dp_free)
     gate = np.zeros(n + 2)
+    units = tables.fsdp_units
     for rank in range(pp):
         head = plan.lo[rank]
-        head_gather = float(gathers[plan.cost_key[head]]) if head < plan.hi[rank] else 0.0
+        key = plan.cost_key[head]
+        head_gather = float(gathers[key]) if head < plan.hi[rank] else 0.0
         if head_gather > 0:
+            gate[head] = dp[rank] + param_lead_s(head_gather, float(tables.dur_s[key]), float(units[key]))
             dp[rank] += head_gather
-            gate[head] = dp[rank]
     dp_s = np.array(dp, dtype=np.float64)
     free = gate[list(plan.lo)]
     grads_done, scatters_done = np.zeros(pp), np.zeros(pp)
     _, full = loops()
     full(
         rows.tasks, rows.dep0, rows.dep1, rows.dep2, rows.ranks, rows.send0, rows.send1, rows.keys, rows.next_keys,
-        tables.dur_s, np.append(gathers, 0.0), tables.fsdp_scatter_s, reduce_share, int(buckets),
+        tables.dur_s, np.append(tables.dur_s, 0.0), np.append(gathers, 0.0), np.append(units, 1.0),
+        tables.fsdp_scatter_s, np.append(tables.fsdp_on_demand, 0.0), reduce_share, int(buckets),
         t, start, dp_s, gate, free, grads_done, scatters_done, float(costs.p2p_s),
     )  # fmt: skip
     end = t[: n + 1].copy()

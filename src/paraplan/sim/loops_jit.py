@@ -108,8 +108,8 @@ def _compile():
 
     @numba.njit(cache=True, nogil=True)
     def full_loop(
-        tasks, dep0, dep1, dep2, ranks, send0, send1, keys, next_keys, dur, gathers, scatters, reduce_share, buckets,
-        t, start, dp, gate, free, grads_done, scatters_done, p2p,
+        tasks, dep0, dep1, dep2, ranks, send0, send1, keys, next_keys, dur, dur_next, gathers, units, scatters,
+        demand, reduce_share, buckets, t, start, dp, gate, free, grads_done, scatters_done, p2p,
     ):  # fmt: skip  # pragma: no cover
         pp_free = np.zeros(dp.shape[0])
         for j in range(tasks.shape[0]):
@@ -129,15 +129,34 @@ def _compile():
             start[i] = s
             e = s + d
             t[i] = e
-            g = gathers[next_keys[j]]
+            nk = next_keys[j]
+            g = gathers[nk]
+            sc = scatters[keys[j]]
+            held = e
+            if demand[keys[j]] != 0.0 and sc > 0:  # on demand: the reduce-scatter holds the rank
+                dp[r] = (dp[r] if dp[r] > e else e) + sc
+                held = dp[r]
+                scatters_done[r] = held
+                sc = 0.0
             if g > 0:
-                f = dp[r] if dp[r] > s else s
-                f += g
-                dp[r] = f
-                gate[i + 1] = f
-                free[r] = e if e > f else f
+                if demand[nk] != 0.0:  # gathered on demand
+                    f = dp[r] if dp[r] > e else e
+                    f += g
+                    dp[r] = f
+                    gate[i + 1] = f
+                else:  # prefetch; paraplan.sim.timeline.param_lead_s
+                    f = dp[r] if dp[r] > s else s
+                    dp[r] = f + g
+                    un = units[nk]
+                    lead = g / un
+                    x = g - (un - 1) * dur_next[nk] / un
+                    if x > lead:
+                        lead = x
+                    f += lead
+                    gate[i + 1] = f
+                free[r] = held if held > f else f
             else:
-                free[r] = e
+                free[r] = held
             k0 = send0[j]
             if k0 != 0:
                 f = pp_free[r]
@@ -156,9 +175,12 @@ def _compile():
                     ready = s + (bucket + 1) * d / buckets
                     dp[r] = (dp[r] if dp[r] > ready else ready) + share
                 grads_done[r] = dp[r]
-            sc = scatters[keys[j]]
-            if sc > 0:
-                dp[r] = (dp[r] if dp[r] > e else e) + sc
+            if sc > 0:  # paraplan.sim.timeline.scatter_done_s
+                u = units[keys[j]]
+                ready = s + d / u
+                at = (dp[r] if dp[r] > ready else ready) + sc
+                x = s + d + sc / u
+                dp[r] = at if at > x else x
                 scatters_done[r] = dp[r]
 
     return static_loop, full_loop
@@ -181,6 +203,6 @@ def warm_up() -> float:
     static, full = loops()
     none, f64 = np.zeros(0, dtype=np.int64), np.zeros(1)  # no task: the types only
     static(none, none, none, none, none, none, none, f64, f64, f64, 0.0, 1)
-    full(none, none, none, none, none, none, none, none, none, f64, f64, f64, f64, 1, f64, f64, f64, f64, f64, f64, f64,
-         0.0)  # fmt: skip
+    full(none, none, none, none, none, none, none, none, none, f64, f64, f64, f64, f64, f64, f64, 1, f64, f64, f64, f64,
+         f64, f64, f64, 0.0)  # fmt: skip
     return time.perf_counter() - began

@@ -53,12 +53,19 @@ def replay(plan: Plan, costs: PipelineCosts, tables: DurationTables, *, record: 
     scatter_jobs: list[list[int]] = [[] for _ in range(pp)]
     gathers = tables.fsdp_gather_s[plan.cost_key].tolist()  # FSDP: parameters F and B need
     scatters = tables.fsdp_scatter_s[plan.cost_key].tolist()  # FSDP: gradients W makes
+    units = tables.fsdp_units[plan.cost_key].tolist()  # FSDP: the units they come in
+    demand = tables.fsdp_on_demand[plan.cost_key].tolist()  # FSDP: gathered on demand, not prefetched
 
     def fsdp_gather(rank: int, t: int, issued_at_start_of: int) -> None:
+        """The gather in two jobs: until the task may start (`param_lead_s`), then the rest."""
         if gathers[t] > 0:
-            gj = add(rank, DP, gathers[t], "fsdp all-gather", actions[t][0][2], actions[t][0][1])
+            mb, chunk = actions[t][0][2], actions[t][0][1]
+            lead = gathers[t] if demand[t] else param_lead_s(gathers[t], dur[t], units[t])
+            gj = add(rank, DP, lead, "fsdp all-gather", mb, chunk)
             if issued_at_start_of:
-                eng.after(gj, job[issued_at_start_of], at_start=True)
+                eng.after(gj, job[issued_at_start_of], at_start=not demand[t])
+            if gathers[t] > lead:
+                add(rank, DP, gathers[t] - lead, "fsdp all-gather", mb, chunk)
             eng.after(job[t], gj)
             gate_job[t] = (gj, "fsdp")
 
@@ -78,6 +85,12 @@ def replay(plan: Plan, costs: PipelineCosts, tables: DurationTables, *, record: 
         if len(tasks):
             fsdp_gather(rank, tasks[0], 0)
         for k, t in enumerate(tasks):
+            if demand[t] and scatters[t] > 0:  # on demand: the reduce-scatter, then the next gather, hold the rank
+                rj = add(rank, DP, scatters[t], "fsdp reduce-scatter", actions[t][-1][2], actions[t][-1][1])
+                eng.after(rj, job[t])
+                scatter_jobs[rank].append(rj)
+                if k + 1 < len(tasks):
+                    eng.after(job[tasks[k + 1]], rj)
             if k + 1 < len(tasks):
                 fsdp_gather(rank, tasks[k + 1], t)
             if costs.overlap_grad_reduce:
@@ -88,8 +101,13 @@ def replay(plan: Plan, costs: PipelineCosts, tables: DurationTables, *, record: 
                             bj = add(rank, DP, reduce_s / buckets, "grad reduce bucket", chunk=c)
                             eng.after(bj, job[t], at_start=True, delay_s=delay)
                             grad_jobs[rank].append(bj)
-            if scatters[t] > 0:
-                rj = add(rank, DP, scatters[t], "fsdp reduce-scatter", actions[t][-1][2], actions[t][-1][1])
+            if scatters[t] > 0 and not demand[t]:  # unit by unit: all but the last from 1/u in, the last after
+                mb, chunk, u = actions[t][-1][2], actions[t][-1][1], units[t]
+                if u > 1:
+                    rj = add(rank, DP, scatters[t] - scatters[t] / u, "fsdp reduce-scatter", mb, chunk)
+                    eng.after(rj, job[t], at_start=True, delay_s=dur[t] / u)
+                    scatter_jobs[rank].append(rj)
+                rj = add(rank, DP, scatters[t] / u if u > 1 else scatters[t], "fsdp reduce-scatter", mb, chunk)
                 eng.after(rj, job[t])
                 scatter_jobs[rank].append(rj)
         if not costs.overlap_grad_reduce and len(tasks):

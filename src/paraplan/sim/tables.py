@@ -31,6 +31,8 @@ class DurationTables:
     hidden_s: dict[str, np.ndarray]  # per intra-layer kind: communication overlapped with the task
     fsdp_gather_s: np.ndarray  # FSDP all-gather of the parameters the task needs (F, B, BW)
     fsdp_scatter_s: np.ndarray  # FSDP reduce-scatter of the gradients the task makes (W, BW)
+    fsdp_units: np.ndarray  # FSDP units the task's gather and reduce-scatter come in (>= 1; 1 on demand)
+    fsdp_on_demand: np.ndarray  # 1.0 where the task's FSDP gather and reduce-scatter are not overlapped
 
 
 def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> DurationTables:
@@ -59,9 +61,14 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
     before_b = gather_s + column([c.fsdp_refetch_s for c in flat])
     gather = grid((gather_s, before_b, zero, before_b))
     scatter = grid((zero, zero, scatter_s, scatter_s))
+    demand_s = column([float(c.fsdp_on_demand) for c in flat])
+    units_s = column([1 if c.fsdp_on_demand else max(1, c.fsdp_units) for c in flat])
+    units, demand = np.ones(n_keys), np.zeros(n_keys)
+    units[:n_base] = np.stack((units_s,) * N_KINDS, axis=1).ravel()
+    demand[:n_base] = np.stack((demand_s,) * N_KINDS, axis=1).ravel()
     if not parts and not plan.pair_keys:
         none = np.zeros(n_keys)
-        return DurationTables(dur, none, none, none, {}, {}, gather, scatter)
+        return DurationTables(dur, none, none, none, {}, {}, gather, scatter, units, demand)
     with_comm = f + b  # W (weight gradients) communicates nothing
     comm_share = np.zeros((len(flat), N_KINDS))  # the part of a chunk's communication inside each kind
     busy = with_comm > 0
@@ -84,8 +91,8 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
     is_f = np.arange(n_base) % N_KINDS == F
     fwd[:n_base] = np.where(is_f, in_dur, 0.0)
     bwd[:n_base] = np.where(is_f, 0.0, in_dur - rec[:n_base])
-    _pair_entries(plan, dur, fwd, bwd, rec, gather, scatter, exposed, hidden)
-    return DurationTables(dur, fwd, bwd, rec, exposed, hidden, gather, scatter)
+    _pair_entries(plan, dur, fwd, bwd, rec, gather, scatter, units, demand, exposed, hidden)
+    return DurationTables(dur, fwd, bwd, rec, exposed, hidden, gather, scatter, units, demand)
 
 
 def _pair_entries(
@@ -96,6 +103,8 @@ def _pair_entries(
     rec: np.ndarray,
     gather: np.ndarray,
     scatter: np.ndarray,
+    units: np.ndarray,
+    demand: np.ndarray,
     exposed: dict[str, np.ndarray],
     hidden: dict[str, np.ndarray],
 ) -> None:
@@ -113,6 +122,8 @@ def _pair_entries(
     dur[key] = dur[kf] + dur[kb] - overlapped
     fwd[key], bwd[key], rec[key] = fwd[kf], bwd[kb], rec[kb]
     gather[key], scatter[key] = gather[kf] + gather[kb], scatter[kf] + scatter[kb]
+    demand[key] = np.maximum(demand[kf], demand[kb])
+    units[key] = np.where(demand[key] > 0, 1.0, units[kf] + units[kb])
     for k in exposed:
         exposed[k][key] = exposed[k][kf] + exposed[k][kb]
         hidden[k][key] = hidden[k][kf] + hidden[k][kb]

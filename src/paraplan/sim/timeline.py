@@ -6,8 +6,12 @@ DP stream of a rank, in FIFO order (the order the jobs are issued in):
    buckets, the first forward of chunk c may start once the first bucket has arrived and no later bucket
    arrives after the forward needs it: start >= gather start + max(G/n, G - (n-1)F/n)  (`param_lead_s`).
 2. FSDP (per task, prefetched one task ahead as FSDP's forward/backward prefetch does): the all-gather for
-   task k+1 is issued when task k starts; task k+1 waits for it. The reduce-scatter of a task that makes
-   weight gradients (W or BW) is issued when it ends.
+   task k+1 is issued when task k starts. A task's parameters come in units (one per wrapped layer, or per
+   tensor), each used as soon as it has arrived, so task k+1 may start once the first unit has arrived and
+   no later unit arrives after the task needs it: the same lead as the bucketed all-gather in 1.
+   The reduce-scatter of a task that makes weight gradients (W or BW) runs unit by unit as the gradients
+   are made: the first unit's once 1/u of the task has run, the last unit's after the task ends
+   (`scatter_done_s`).
 3. gradient buckets: with `overlap_grad_reduce`, the weight gradients of a chunk's last weight-gradient
    task become ready evenly over that task, bucket b at start + (b+1)/n of it, and each bucket is reduced
    as soon as it is ready and the stream is free (Megatron DDP bucketing); without, every chunk's
@@ -35,9 +39,20 @@ class Timeline:
     """Per rank: what finished last after its last backward, "dp" (gradient buckets) or "fsdp"."""
 
 
-def param_lead_s(gather_s: float, forward_s: float, buckets: int) -> float:
-    """How long after its parameter all-gather starts the first forward of a chunk can start."""
+def param_lead_s(gather_s: float, forward_s: float, buckets: float) -> float:
+    """How long after its parameter all-gather (in `buckets` equal parts) starts the first forward of a chunk,
+    or the task an FSDP gather is for, can start."""
     return max(gather_s / buckets, gather_s - (buckets - 1) * forward_s / buckets)
+
+
+def scatter_done_s(stream_free_s: float, start_s: float, task_s: float, scatter_s: float, units: float) -> float:
+    """When a task's FSDP reduce-scatter is done: its `units` equal parts become ready evenly over the task
+    and go out one after another on the DP stream (free from `stream_free_s`): max(start of the first + all
+    of it, end of the task + the last part)."""
+    ready = start_s + task_s / units
+    at = (stream_free_s if stream_free_s > ready else ready) + scatter_s
+    last = start_s + task_s + scatter_s / units
+    return at if at > last else last
 
 
 def bucket_delays_s(task_s: float, buckets: int) -> list[float]:
