@@ -71,11 +71,17 @@ def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
 # 256): others run padded.
 _HEAD_DIM_EXPONENT = 0.26
 _HEAD_DIM_STEP = 32
+# The Triton flash-attention kernel that runs attention with an ALiBi bias (llm-foundry's MPT) tiles 128 x 128
+# blocks at every head dim and does not run slower per FLOP at head dim 64: with FA2's exponent, llm-foundry's
+# head-dim-64 models (MPT-125m, -350m) came out slower and slower than measured as the sequence (the attention
+# share) grows, 0% at 512 tokens to -14% at 32k-64k, while its head-dim-128 models stayed within a few percent
+# at every length.
+_TRITON_HEAD_DIM_EXPONENT = 0.0
 
 
-def _head_dim_factor(head_dim: float) -> float:
+def _head_dim_factor(head_dim: float, exponent: float = _HEAD_DIM_EXPONENT) -> float:
     padded = math.ceil(head_dim / _HEAD_DIM_STEP) * _HEAD_DIM_STEP
-    return min(1.0, padded / 128.0) ** _HEAD_DIM_EXPONENT * head_dim / padded
+    return min(1.0, padded / 128.0) ** exponent * head_dim / padded
 
 
 def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
@@ -86,10 +92,13 @@ def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
         causal = 0.5  # context-parallel shard of a causal sequence: load-balanced halves
     flops = op.flops * causal
     base = cal.attention_efficiency if op.phase is Phase.FORWARD else cal.attention_backward_efficiency
-    head_factor = _head_dim_factor((att.head_dim_qk + att.head_dim_v) / 2)
+    alibi = "alibi" in op.tags
+    head_factor = _head_dim_factor(
+        (att.head_dim_qk + att.head_dim_v) / 2, _TRITON_HEAD_DIM_EXPONENT if alibi else _HEAD_DIM_EXPONENT
+    )
     seq_factor = att.seq_kv / (att.seq_kv + _ATTN_SEQ_HALF)
     eff = max(base * head_factor * seq_factor / (4096 / (4096 + _ATTN_SEQ_HALF)), 0.02)
-    if "alibi" in op.tags:
+    if alibi:
         eff *= cal.alibi_attention_factor
     peak = gpu.peak_flops("fp32" if op.precision == "fp32" else "bf16")  # attention is 16-bit in FP8 runs too
     memory_s = op.bytes_moved / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
