@@ -45,6 +45,9 @@ ROUNDS = 2  # block-coordinate rounds: the family constants together, then each 
 # Rows per source in a fit (an even stride through larger sources). At 64 the stride through vTrain's 1,440
 # single-node runs gave a sample whose MAPE was 0.6 points off the whole source's.
 MAX_ROWS_PER_SOURCE = 128
+# Mean relative change of the step time, when a framework constant doubles, below which that framework's rows
+# cannot fit it and its documented default stays.
+MIN_SENSITIVITY = 0.01
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,23 @@ def _relevant_keys(constant: str, scope: str, runs: Sequence[MeasuredRun]) -> se
         elif constant == "scale_up_efficiency" and run.train.tp * run.train.ep * run.train.cp > 1:
             keys.add(family_of(run.system.gpu.name))
     return keys
+
+
+def _identifiable(constant: str, framework: str, runs: Sequence[MeasuredRun]) -> bool:
+    """Whether a framework's rows can tell the constant's value: doubling it from the default moves their
+    projected step times by `MIN_SENSITIVITY` or more on average. A per-step overhead of 50 ms is invisible
+    in steps of a minute, and left free it drifts wherever the noise of such rows takes it (Megatron-DeepSpeed's
+    went to 0.12 s when fitted on vTrain's multi-node runs alone)."""
+    members = [m for m in runs if m.train.framework == framework]
+    base = _projector({})
+    doubled = _projector({"framework": {framework: {constant: 2 * _default_value(constant, "framework", framework)}}})
+    changes = []
+    for m in members:
+        try:
+            changes.append(abs(doubled(m).step_time_s / base(m).step_time_s - 1.0))
+        except Exception:  # noqa: BLE001 - a row the projection rejects says nothing
+            continue
+    return bool(changes) and sum(changes) / len(changes) >= MIN_SENSITIVITY
 
 
 def subsample(rows: list[dict[str, str]], limit: int = MAX_ROWS_PER_SOURCE) -> list[dict[str, str]]:
@@ -129,6 +149,8 @@ def fit(rows: list[dict[str, str]], max_evaluations: int = 400) -> FitResult:
     widths: list[float] = []
     for constant, scope, lo, hi, width in PARAMETERS:
         for key in sorted(_relevant_keys(constant, scope, runs)):
+            if scope == "framework" and not _identifiable(constant, key, runs):
+                continue
             names.append((scope, key, constant))
             default = _default_value(constant, scope, key)
             start.append(math.log(min(max(default, lo), hi)))
