@@ -252,7 +252,8 @@ def provenance_table(cv: CrossValidation, data_name: str) -> dict[str, Any]:
     table = dict(cv.final.table)
     table["source"] = (
         f"fitted by `paraplan calibrate` on {data_name} ({date.today().isoformat()}): Powell on the "
-        f"source-balanced MAPE, at most {MAX_ROWS_PER_SOURCE} rows per source; fitted MAPE "
+        f"source-balanced MAPE, at most {MAX_ROWS_PER_SOURCE} rows per source (framework constants the rows "
+        f"cannot tell keep their defaults); fitted MAPE "
         f"{cv.fitted_mape_pct:.1f}%, leave-one-source-out MAPE {cv.held_out_mape_pct:.1f}%"
     )
     table["held_out_mape_pct"] = {k: round(v, 2) for k, v in cv.held_out.items()}
