@@ -37,8 +37,7 @@ def test_torch_fsdp_exposes_one_unit_at_each_edge() -> None:
     comm = proj.pipeline.comm_total_s["fsdp"]  # gather (F), gather (B), reduce-scatter per micro-batch
     exposed = proj.breakdown["fsdp_exposed"]
     assert 0 < exposed < 1.5 * comm / layers
-    compute = proj.breakdown["forward_compute"] + proj.breakdown["backward_compute"] + proj.breakdown["recompute"]
-    assert proj.step_time_s == pytest.approx(compute + exposed, rel=0.05)
+    assert exposed < 0.02 * proj.step_time_s
 
 
 def test_deepspeed_zero3_communication_adds_to_compute() -> None:
