@@ -20,8 +20,9 @@ activations; CPU reference runs, `paraplan.measure.e2e`). fp32 math is costed on
 (`specs.system.PRECISION_PEAK_KEY`): a CPU's spec puts its fp32 matmul rate there."""
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 RECOMPUTES = ("none", "selective", "full")
-ZERO3_REFETCH_FRAMEWORKS = frozenset({"deepspeed", "megatron-deepspeed"})
-"""Frameworks whose ZeRO-3 releases parameters after every module forward (DeepSpeed's stage-3 hooks)."""
+DEEPSPEED_ZERO3_FRAMEWORKS = frozenset({"deepspeed", "megatron-deepspeed"})
+"""Frameworks whose ZeRO-3 is DeepSpeed's stage 3: its hooks release parameters after every module forward
+(`refetches_recomputed_params`) and gather them on demand (`gathers_on_demand`)."""
 
 ALIASES: dict[str, str] = {
     "tp": "tensor_model_parallel_size",
@@ -164,7 +165,7 @@ class TrainingSpec:
         """Sharded parameters are freed after each module's forward, the recomputed one's too, and fetched again
         for its backward (DeepSpeed ZeRO-3's post-forward release, short of `stage3_max_reuse_distance`); torch
         FSDP keeps what the recomputed forward gathered for the backward that follows it."""
-        return self.shards_params and self.framework in ZERO3_REFETCH_FRAMEWORKS
+        return self.shards_params and self.framework in DEEPSPEED_ZERO3_FRAMEWORKS
 
     @property
     def gathers_on_demand(self) -> bool:
@@ -173,7 +174,7 @@ class TrainingSpec:
         of overlapping it: DeepSpeed ZeRO-3 as measured in 2021 (Narayanan et al. SC21 Table 2, where step
         time = compute + all ZeRO-3 communication at 384 and 768 GPUs). torch FSDP and Megatron FSDP prefetch
         the next unit while the current one computes."""
-        return self.shards_params and self.framework in ZERO3_REFETCH_FRAMEWORKS
+        return self.shards_params and self.framework in DEEPSPEED_ZERO3_FRAMEWORKS
 
     @property
     def shards_optimizer(self) -> bool:
