@@ -2,23 +2,11 @@
 DeepSpeed ZeRO-3 (2021) gathers on demand and its communication adds to the compute."""
 
 import pytest
+from gpt_model import gpt
 
 import paraplan
-from paraplan.specs.model import ModelSpec
 from paraplan.specs.presets import system_preset
 from paraplan.specs.training import TrainingSpec
-
-
-def _gpt(hidden: int, layers: int) -> ModelSpec:
-    return ModelSpec(
-        name=f"gpt-h{hidden}",
-        num_layers=layers,
-        hidden_size=hidden,
-        ffn_hidden_size=4 * hidden,
-        num_attention_heads=hidden // 128,
-        vocab_size=50368,
-        activation="gelu",
-    )
 
 
 def _project(framework: str, hidden: int, layers: int, gpus: int, mbs: int, gbs: int) -> object:
@@ -26,7 +14,7 @@ def _project(framework: str, hidden: int, layers: int, gpus: int, mbs: int, gbs:
     train = TrainingSpec(precision="bf16", framework=framework, zero_stage=3).with_values(
         dp=gpus, mbs=mbs, gbs=gbs, seq=2048, recompute="full"
     )
-    return paraplan.project(_gpt(hidden, layers), system, train=train)
+    return paraplan.project(gpt(hidden, layers, vocab=50368), system, train=train)
 
 
 def test_torch_fsdp_exposes_one_unit_at_each_edge() -> None:

@@ -1,6 +1,7 @@
 """DeepSpeed ZeRO-3 under full recompute: the backward gathers again what the recomputed forward released."""
 
 import pytest
+from gpt_model import gpt
 
 import paraplan
 from paraplan.cost.block import refetched_params, weight_params
@@ -13,31 +14,19 @@ from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import check
 
 
-def _gpt(hidden: int, layers: int = 4) -> ModelSpec:
-    return ModelSpec(
-        name=f"gpt-h{hidden}",
-        num_layers=layers,
-        hidden_size=hidden,
-        ffn_hidden_size=4 * hidden,
-        num_attention_heads=hidden // 128,
-        vocab_size=1000,
-        activation="gelu",
-    )
-
-
 def _layer_ops(model: ModelSpec) -> list:
     return L.decoder_layer_ops(model, L.Shard.of(TrainingSpec()), moe=False)
 
 
 def test_weights_reused_within_the_distance_stay() -> None:
-    ops = _layer_ops(_gpt(12288))  # GPT-3 175B's layer: QKV 3h^2, out h^2, up 4h^2, down 4h^2
+    ops = _layer_ops(gpt(12288))  # GPT-3 175B's layer: QKV 3h^2, out h^2, up 4h^2, down 4h^2
     h2 = 12288**2
     weights = [weight_params(op) for op in ops if weight_params(op)]
     assert weights == [3 * h2, h2, 4 * h2, 4 * h2]
     # down is used again at once; up after 2 x 4h^2 = 1.2e9 > 1e9 parameters: all but down are fetched again
     assert refetched_params(ops) == 8 * h2
     assert refetched_params(ops, max_reuse_params=1.3e9) == 4 * h2  # up stays too: only QKV and out go
-    assert refetched_params(_layer_ops(_gpt(2048))) == 0  # a small layer fits in the reuse distance
+    assert refetched_params(_layer_ops(gpt(2048))) == 0  # a small layer fits in the reuse distance
     assert refetched_params([]) == 0
 
 
@@ -46,7 +35,7 @@ def _fsdp_comm(framework: str, recompute: str) -> float:
     train = TrainingSpec(precision="fp16", framework=framework, zero_stage=3, grad_reduce_in_fp32=False).with_values(
         dp=64, mbs=1, gbs=64, seq=2048, recompute=recompute
     )
-    return paraplan.project(_gpt(12288), system, train=train).pipeline.comm_total_s["fsdp"]
+    return paraplan.project(gpt(12288), system, train=train).pipeline.comm_total_s["fsdp"]
 
 
 def test_deepspeed_zero3_gathers_again_under_full_recompute_only() -> None:
@@ -60,7 +49,7 @@ def test_deepspeed_zero3_gathers_again_under_full_recompute_only() -> None:
 
 def test_chakra_trace_has_the_refetch_before_each_backward(tmp_path) -> None:
     system = system_preset("a100-sxm4-80gb", 8)
-    model = _gpt(8192, layers=2)
+    model = gpt(8192, layers=2)
     train = TrainingSpec(precision="fp16", framework="deepspeed", zero_stage=3).with_values(
         dp=8, mbs=1, gbs=16, seq=256, recompute="full"
     )
