@@ -12,7 +12,8 @@ pytest.importorskip("scipy")
 
 def test_families() -> None:
     assert family_of("a100-sxm4-40gb") == "ampere"
-    assert family_of("gb300-nvl72") == "blackwell"
+    assert family_of("gb300-nvl72") == family_of("b300") == "blackwell_ultra"
+    assert family_of("gb200-nvl72") == family_of("b200") == "blackwell"
     assert family_of("h800-sxm5-80gb") == "hopper"
 
 
@@ -37,6 +38,12 @@ def test_an_unseen_family_takes_its_software_neighbours_fit_only() -> None:
         == 0.35
     )
     assert calibration_for("mi300x", "", table=table).attention_efficiency == 0.45  # another stack: its default
+    # Blackwell Ultra takes Blackwell's fit, and through it Hopper's, until it has its own
+    assert calibration_for("gb300-nvl72", "", table=table).fp8_gemm_efficiency == 0.41
+    blackwell = {"blackwell": {"fp8_gemm_efficiency": 0.47}}
+    assert calibration_for("gb300-nvl72", "", table={"family": {**table["family"], **blackwell}}).fp8_gemm_efficiency == 0.47
+    ultra = {"blackwell_ultra": {"fp8_gemm_efficiency": 0.52}}
+    assert calibration_for("b300", "", table={"family": {**blackwell, **ultra}}).fp8_gemm_efficiency == 0.52
 
 
 def test_fit_lowers_training_error_and_scores_held_out(public_csv) -> None:

@@ -119,7 +119,9 @@ FAMILIES = {
     "volta": ("v100",),
     "ampere": ("a100",),
     "hopper": ("h100", "h800", "h200", "gh200"),
-    "blackwell": ("b200", "b300", "gb200", "gb300"),
+    # Blackwell Ultra (B300 die: 1,400 W, 288 GB, its own clocks) before Blackwell, whose prefixes it would match
+    "blackwell_ultra": ("b300", "gb300"),
+    "blackwell": ("b200", "gb200"),
     "cdna3": ("mi300", "mi325", "mi355"),
 }
 
@@ -128,7 +130,8 @@ FAMILIES = {
 # generation (Hopper and Blackwell: FlashAttention-3/cuDNN attention, TransformerEngine FP8, NCCL on NVLink
 # switches) rather than the datasheet defaults; other families keep their defaults (Volta has no flash
 # attention, CDNA3 another software stack).
-NEIGHBOUR_FAMILY = {"blackwell": "hopper", "hopper": "blackwell"}
+# Blackwell Ultra runs Blackwell's software and takes its fit first.
+NEIGHBOUR_FAMILY = {"blackwell_ultra": "blackwell", "blackwell": "hopper", "hopper": "blackwell"}
 
 
 def family_of(gpu: str) -> str:
@@ -156,8 +159,10 @@ def calibration_for(gpu: str, framework: str = "", table: dict[str, Any] | None 
     values.update(fitted.get("all", {}) or {})
     families = fitted.get("family", {}) or {}
     family = family_of(gpu)
-    if family not in families and NEIGHBOUR_FAMILY.get(family) in families:
+    seen = {family}
+    while family not in families and NEIGHBOUR_FAMILY.get(family) not in (None, *seen):
         family = NEIGHBOUR_FAMILY[family]
+        seen.add(family)
     values.update(families.get(family, {}) or {})
     values.update((fitted.get("gpu", {}) or {}).get(gpu, {}) or {})
     values.update((fitted.get("framework", {}) or {}).get(framework, {}) or {})

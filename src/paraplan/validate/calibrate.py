@@ -200,7 +200,8 @@ def fit(rows: list[dict[str, str]], max_evaluations: int = 400) -> FitResult:
 
 def _default_value(constant: str, scope: str, key: str) -> float:
     if scope == "family":
-        gpu = {"ampere": "a100-sxm4-80gb", "hopper": "h100-sxm5-80gb", "blackwell": "b200", "volta": "v100-sxm3-32gb",
+        gpu = {"ampere": "a100-sxm4-80gb", "hopper": "h100-sxm5-80gb", "blackwell": "b200",
+               "blackwell_ultra": "gb300-nvl72", "volta": "v100-sxm3-32gb",
                "cdna3": "mi300x"}.get(key, key)  # fmt: skip
         return float(getattr(calibration_for(gpu, "", table={}), constant))
     return float(getattr(calibration_for("a100-sxm4-80gb", key, table={}), constant))
