@@ -41,7 +41,10 @@ def test_an_unseen_family_takes_its_software_neighbours_fit_only() -> None:
     # Blackwell Ultra takes Blackwell's fit, and through it Hopper's, until it has its own
     assert calibration_for("gb300-nvl72", "", table=table).fp8_gemm_efficiency == 0.41
     blackwell = {"blackwell": {"fp8_gemm_efficiency": 0.47}}
-    assert calibration_for("gb300-nvl72", "", table={"family": {**table["family"], **blackwell}}).fp8_gemm_efficiency == 0.47
+    assert (
+        calibration_for("gb300-nvl72", "", table={"family": {**table["family"], **blackwell}}).fp8_gemm_efficiency
+        == 0.47
+    )
     ultra = {"blackwell_ultra": {"fp8_gemm_efficiency": 0.52}}
     assert calibration_for("b300", "", table={"family": {**blackwell, **ultra}}).fp8_gemm_efficiency == 0.52
 
