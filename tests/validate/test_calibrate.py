@@ -112,3 +112,16 @@ def test_a_framework_constant_is_fitted_only_where_its_rows_can_tell_it(public_c
     # 50 ms more or less is invisible in steps of 5 to 60 s
     assert not _identifiable("step_overhead_s", "megatron-deepspeed", multi)
     assert not _identifiable("step_overhead_s", "megatron-deepspeed", [])
+
+
+def test_every_gpu_familys_constants_are_searched(public_csv) -> None:
+    """Each family is its own block: one block over all families' constants spent its evaluations on the first
+    directions and left the last ones (the chip spread) at their defaults."""
+    from paraplan.validate.calibrate import _default_value
+
+    rows = read_rows(public_csv)
+    train = [r for r in rows if r["source"] in ("Korthikanti2022_Table5", "NeMo_perf_summary_24.07")]
+    table = fit(train, max_evaluations=80).table["family"]
+    assert set(table) == {"ampere", "hopper"}
+    for family, constants in table.items():
+        assert constants["gpu_speed_cv"] != _default_value("gpu_speed_cv", "family", family), family

@@ -134,11 +134,12 @@ def _complete(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 def fit(rows: list[dict[str, str]], max_evaluations: int = 400) -> FitResult:
     """Fit the constants on `rows` (all of them; subsample first if they are many).
 
-    Block-coordinate descent on the source-balanced MAPE plus the prior: the per-GPU-family constants
-    together (Powell), then each framework's constants alone on the sources that framework ran (its
-    constants touch no other row, so that is the whole objective's change), `ROUNDS` times. One Powell over
-    all constants at once stalls in this many dimensions; the blocks are small and mostly separable.
-    `max_evaluations` bounds each block's search."""
+    Block-coordinate descent on the source-balanced MAPE plus the prior: each GPU family's constants, then
+    each framework's, alone (Powell) on the sources with rows of that family or framework (its constants touch
+    no other row, so that is the whole objective's change), `ROUNDS` times. One Powell over all constants at
+    once stalls in this many dimensions, and one over all the family constants (22 of them) spent its
+    `max_evaluations` on the first directions: the NVLink efficiencies and the chip spread never moved. The
+    blocks are small and separable. `max_evaluations` bounds each block's search."""
     from scipy.optimize import minimize
 
     rows = _complete(rows)
@@ -184,14 +185,12 @@ def fit(rows: list[dict[str, str]], max_evaluations: int = 400) -> FitResult:
 
     x = list(start)
     sources = len({r["source"] for r in rows})
-    family = [i for i, (scope, _, _) in enumerate(names) if scope == "family"]
-    frameworks = sorted({key for scope, key, _ in names if scope == "framework"})
+    scope_of_run = {"family": lambda run: family_of(run.system.gpu.name), "framework": lambda run: run.train.framework}
+    blocks = sorted({(scope, key) for scope, key, _ in names}, key=lambda b: (b[0] != "family", b[1]))
     for _ in range(ROUNDS):
-        if family:
-            minimise_block(x, family, rows, sources)
-        for framework in frameworks:
-            block = [i for i, (scope, key, _) in enumerate(names) if scope == "framework" and key == framework]
-            members = {r["source"] for r, run in zip(rows, runs, strict=True) if run.train.framework == framework}
+        for scope, key in blocks:
+            block = [i for i, name in enumerate(names) if name[:2] == (scope, key)]
+            members = {r["source"] for r, run in zip(rows, runs, strict=True) if scope_of_run[scope](run) == key}
             minimise_block(x, block, [r for r in rows if r["source"] in members], sources)
     table = table_of(x)
     report = validate_rows(rows, projector=_projector(table))
