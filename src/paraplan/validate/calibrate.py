@@ -41,7 +41,7 @@ PARAMETERS: tuple[tuple[str, str, float, float, float], ...] = (
 # Penalty (in MAPE points) per unit of squared log-distance from the documented default, over the prior
 # width squared: keeps the constants physical when the data cannot tell two of them apart.
 PRIOR_WEIGHT = 0.25
-ROUNDS = 2  # block-coordinate rounds: the family constants together, then each framework's alone
+ROUNDS = 2  # block-coordinate rounds: each GPU family's constants alone, then each framework's
 # Rows per source in a fit (an even stride through larger sources). At 64 the stride through vTrain's 1,440
 # single-node runs gave a sample whose MAPE was 0.6 points off the whole source's.
 MAX_ROWS_PER_SOURCE = 128
