@@ -22,6 +22,7 @@ from paraplan.cost.block import (
 )
 from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
+from paraplan.cost.compute import optimizer_time_s
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommAxis, CommKind, Op
 from paraplan.graph.partition import chunks_per_rank, virtual_stages
@@ -465,7 +466,7 @@ def _optimizer_time(
         params = dense_params / dp + expert_params / edp
     else:
         params = dense_params + expert_params
-    return params * cal.optimizer_bytes_per_param / (system.gpu.hbm_bytes_per_s * cal.memory_efficiency)
+    return optimizer_time_s(params, system.gpu, cal)
 
 
 def _comm_buffer_bytes(model: ModelSpec, shard: L.Shard, train: TrainingSpec) -> float:

@@ -21,6 +21,10 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _analytic(error) -> str:
+    return "-" if error is None else f"{_percent(error.mape)} x{error.ratio:.2f}"
+
+
 def fit_command(
     samples: Annotated[
         Path, Opt("--samples", help="Folder of samples: <System>/operator/*.csv and nccl/*.csv, any depth.")
@@ -45,7 +49,8 @@ def fit_command(
         raise fail(str(exc)) from None
 
     table = Table(title=f"CV MAPE per regressor: {result.profile.gpu} ({result.profile.precision})")
-    for column in ("regressor", "chosen", "CV MAPE", "gbm/forest/phys", "repeat floor", "n", "dropped"):
+    columns = ("regressor", "chosen", "CV MAPE", "gbm/forest/phys", "analytic", "repeat floor", "n", "dropped")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("regressor", "chosen") else "right")
     for report in result.regressors:
         by_family = "/".join(_percent(report.cv_mape_by_family.get(f)) for f in ("gbm", "forest", "physical"))
@@ -55,6 +60,7 @@ def fit_command(
             chosen,
             _percent(report.cv_mape),
             by_family if report.cv_mape_by_family else "-",
+            _analytic(report.analytic),
             f"{_percent(report.replicate_mape)} ({report.replicate_rows})" if report.replicate_rows else "-",
             str(report.n_samples),
             str(report.n_dropped),
@@ -62,7 +68,9 @@ def fit_command(
     console.print(table)
     console.print(
         "repeat floor: over the rows whose features repeat (count in brackets), the error of the median of their "
-        "repeats; no regressor of these features can do better on them on average",
+        "repeats; no regressor of these features can do better on them on average. analytic: the error of "
+        "paraplan's analytic cost model (shipped calibration of the GPU's family) on the same samples, and the "
+        "median measured/analytic time (above 1: the analytic model is too fast)",
         style="dim",
     )
     for report in result.regressors:

@@ -118,6 +118,11 @@ def elementwise_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     return op.bytes_moved / (gpu.hbm_bytes_per_s * cal.memory_efficiency) + cal.kernel_launch_s
 
 
+def optimizer_time_s(params: float, gpu: GpuSpec, cal: Calibration) -> float:
+    """Fused Adam over `params` parameters: memory-bound (`Calibration.optimizer_bytes_per_param`)."""
+    return params * cal.optimizer_bytes_per_param / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
+
+
 def compute_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     if op.kind is OpKind.GEMM:
         return gemm_time_s(op, gpu, cal)
@@ -128,4 +133,4 @@ def compute_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     raise ValueError(f"not a compute operator: {op.name} ({op.kind})")
 
 
-__all__ = ["compute_time_s", "gemm_efficiency", "FP8"]
+__all__ = ["compute_time_s", "gemm_efficiency", "optimizer_time_s", "FP8"]

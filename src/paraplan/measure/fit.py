@@ -36,6 +36,7 @@ from paraplan.cost.profile import (
     TreeEnsemble,
     collective_regressor_name,
 )
+from paraplan.measure.analytic import AnalyticError, analytic_error, preset_for_device
 from paraplan.measure.datasets import FEATURES, WORK_EXPONENTS, FileMapping, mapping_for, shape_columns, work
 from paraplan.measure.outliers import OUTLIER_RULE, OutlierCounts, clean_rows
 from paraplan.measure.samples import (
@@ -93,6 +94,7 @@ class RegressorReport:
     cv_mape_by_source: dict[str, float] = field(default_factory=dict)
     replicate_mape: float | None = None  # the data's own floor: see `replicate_mape`
     replicate_rows: int = 0
+    analytic: AnalyticError | None = None  # the analytic cost model on the same samples (`measure.analytic`)
     shipped: bool = False
     reason: str = ""
 
@@ -419,6 +421,7 @@ def fit_profile(
     precisions = sorted({f.precision for f in files})
     if len(precisions) > 1:
         raise SampleError(f"samples of {gpu_name} mix precisions ({', '.join(precisions)}); keep one per folder")
+    preset = preset_for_device(gpu_name)  # the analytic baseline's GPU (None: no baseline)
     aggregated = {f.op for f in files if f.category == "nccl" and f.nodes is not None}
     pools: dict[str, _Pool] = {}
     columns: list[ColumnReport] = []
@@ -466,7 +469,9 @@ def fit_profile(
         time_us = np.concatenate(pool.times_us) if pool.times_us else np.zeros(0)
         sources = np.concatenate(pool.sources).tolist() if pool.sources else []
         regressor, report = fit_regressor(name, pool.kind, pool.direction, features, time_us, sources, seed, pool.notes)
-        report = replace(report, n_dropped=pool.dropped)
+        base = name.split(".")[0]
+        baseline = analytic_error(pool.kind, base, pool.direction, features, time_us, preset, precisions[0])
+        report = replace(report, n_dropped=pool.dropped, analytic=baseline)
         rejected = sorted({c.counts.reason for c in columns if c.regressor == name and c.counts.rejected})
         if len(time_us) == 0 and rejected:
             report = replace(report, reason="every sample column rejected by the outlier rule: " + "; ".join(rejected))
