@@ -125,3 +125,32 @@ def test_every_gpu_familys_constants_are_searched(public_csv) -> None:
     assert set(table) == {"ampere", "hopper"}
     for family, constants in table.items():
         assert constants["gpu_speed_cv"] != _default_value("gpu_speed_cv", "family", family), family
+
+
+def test_profiled_kernels_run_at_the_slowest_gpus_pace_too() -> None:
+    """A fitted profile times one chip in isolation: in a synchronous job its compute-bound kernels (GEMMs,
+    attention) slow by the same slowest-of-n factor as the analytic efficiencies; memory-bound ones do not."""
+    from paraplan.cost.calibration import Calibration, at_scale, expected_max_normal
+    from paraplan.graph.ops import OpKind
+    from paraplan.projection import ProjectionOptions, project_specs
+    from paraplan.specs.presets import model_preset, system_preset
+    from paraplan.specs.training import TrainingSpec
+
+    assert at_scale(Calibration(gpu_speed_cv=0.05), 8).compute_slowdown == pytest.approx(
+        1 + 0.05 * expected_max_normal(8)
+    )
+
+    def timer(op):  # every compute op 1 ms, memory-bound ones 0.5 ms
+        return (1e-3 if op.kind in (OpKind.GEMM, OpKind.ATTENTION) else 5e-4), "test"
+
+    model = model_preset("llama3.1-8b")
+
+    def forward_s(n: int, cv: float) -> float:
+        options = ProjectionOptions(calibration=Calibration(gpu_speed_cv=cv), timer=timer)
+        train = TrainingSpec(data_parallel_size=n, global_batch_size=n, seq_length=2048)
+        return project_specs(model, system_preset("h100-sxm5-80gb", n), train, options).breakdown["forward_compute"]
+
+    slow = 1 + 0.05 * expected_max_normal(64)
+    one, many, flat = forward_s(1, 0.05), forward_s(64, 0.05), forward_s(64, 0.0)
+    assert flat == pytest.approx(one, rel=1e-3)  # no spread: the measured times as they are
+    assert one * 1.05 < many < one * slow  # GEMMs and attention slowed, the memory-bound ops not

@@ -27,6 +27,7 @@ COMM_LABEL = {
 }
 WEIGHT_PARAMS_EXEMPT = frozenset({"attn_scores", "attn_context"})
 MATMUL_KINDS = (OpKind.GEMM, OpKind.ATTENTION)  # FLOP accounting counts matmuls only (Megatron convention)
+CLOCK_BOUND_KINDS = MATMUL_KINDS  # compute-bound kernels, slowed by the slowest chip (`at_scale`)
 
 OpTimer = Callable[[Op], tuple[float, str] | None]
 """Returns (seconds, source) for a compute op a fitted profile covers, None to use the analytic model."""
@@ -211,8 +212,8 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
         timed = ctx.timer(op) if ctx.timer is not None else None
         if timed is None:
             seconds = compute_time_s(op, ctx.system.gpu, ctx.cal)
-        else:
-            seconds = timed[0]
+        else:  # a kernel measured on one chip: compute-bound ones run at the pace of the job's slowest chip
+            seconds = timed[0] * (ctx.cal.compute_slowdown if op.kind in CLOCK_BOUND_KINDS else 1.0)
             out.profiled_s += seconds
         host_s = host_s_per_op * op.host_ops
         gpu += seconds

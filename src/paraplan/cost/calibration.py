@@ -60,6 +60,9 @@ class Calibration:
     """Chip-to-chip spread (coefficient of variation) of sustained compute throughput under load: power and
     thermal management run identical GPUs at different clocks, a few percent apart (Sinha et al., SC'22, "Not
     All GPUs Are Created Equal"). Synchronous training waits for the slowest of its GPUs (`at_scale`)."""
+    compute_slowdown: float = 1.0
+    """Set by `at_scale`: the slowest-of-n factor of a synchronous job. The analytic efficiencies are divided by it
+    there; kernel times from a fitted profile (measured on one chip) are multiplied by it where they are used."""
     source: str = "defaults from public microbenchmarks"
 
     def with_values(self, **values: Any) -> Calibration:
@@ -91,7 +94,8 @@ def at_scale(cal: Calibration, num_gpus: int) -> Calibration:
     if cal.gpu_speed_cv <= 0 or num_gpus <= 1:
         return cal
     slow = 1.0 + cal.gpu_speed_cv * expected_max_normal(num_gpus)
-    return replace(cal, **{name: getattr(cal, name) / slow for name in _COMPUTE_EFFICIENCIES}, gpu_speed_cv=0.0)
+    scaled = {name: getattr(cal, name) / slow for name in _COMPUTE_EFFICIENCIES}
+    return replace(cal, **scaled, gpu_speed_cv=0.0, compute_slowdown=cal.compute_slowdown * slow)
 
 
 # Per-GPU defaults where the generation differs from the base values above.
