@@ -6,6 +6,7 @@ A large figure says which operator the analytic model gets wrong on that GPU, wh
 part of the error analysis (the step-level part is `paraplan validate --by`).
 
 Collectives have no baseline here: their time depends on the sampled system's links, which are not a preset.
+Flash-attention samples are taken as causal, as `cost.profile` takes them.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from paraplan.cost.profile import ELEMENTWISE_TRAFFIC, elementwise_traffic_bytes
 from paraplan.graph.backward import ELEMENTWISE_BACKWARD_TRAFFIC, backward_ops
 from paraplan.graph.kernels import cross_entropy_bytes, passes
 from paraplan.graph.ops import AttentionShape, GemmShape, Op, OpKind, Phase
+from paraplan.measure.datasets import BYTES_PER_ELEMENT
 from paraplan.specs.presets import gpu_names, system_preset
 from paraplan.specs.system import GpuSpec
-
-_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "tf32": 4, "fp8": 1}
 
 
 def _analytic_passes(base: str, activation_bytes: int) -> tuple[float, float]:
@@ -68,7 +68,7 @@ def preset_for_device(device: str) -> str | None:
 
 def _gemm_op(m: float, n: float, k: float, precision: str) -> Op:
     shape = GemmShape(m=int(m), n=int(n), k=int(k))
-    size = _BYTES.get(precision, 2)
+    size = BYTES_PER_ELEMENT.get(precision, 2)
     return Op(
         name="gemm",
         kind=OpKind.GEMM,
@@ -85,7 +85,7 @@ def _attention_op(batch_heads: float, seq: float, head_dim: float, precision: st
         batch=int(batch_heads), seq_q=int(seq), seq_kv=int(seq), heads=1, kv_heads=1,
         head_dim_qk=int(head_dim), head_dim_v=int(head_dim), causal=True,
     )  # fmt: skip
-    size = _BYTES.get(precision, 2)
+    size = BYTES_PER_ELEMENT.get(precision, 2)
     return Op(
         name="attn_core",
         kind=OpKind.ATTENTION,
@@ -117,7 +117,7 @@ def analytic_time_us(
     cal = calibration_for(gpu_preset, "")
     per_nominal_byte = 1.0  # analytic bytes per byte of the regressor's feature (`cost.profile` convention)
     if kind == "elementwise":
-        size = _BYTES.get(precision, 2)
+        size = BYTES_PER_ELEMENT.get(precision, 2)
         nominal = elementwise_traffic_bytes(base, direction == "fwd", 1.0, size)
         per_nominal_byte = _analytic_passes(base, size)[direction != "fwd"] / nominal
     out = np.empty(len(features))
