@@ -114,22 +114,6 @@ def test_a_framework_constant_is_fitted_only_where_its_rows_can_tell_it(public_c
     assert not _identifiable("step_overhead_s", "megatron-deepspeed", [])
 
 
-def test_memory_bound_efficiency_is_fitted_per_family(public_csv) -> None:
-    """Every row runs memory-bound kernels, so every family with rows fits its HBM efficiency; an unseen one
-    keeps the documented default (or its software neighbour's fit)."""
-    from paraplan.validate.calibrate import PARAMETERS, _relevant_keys
-    from paraplan.validate.measured import run_from_row
-
-    assert ("memory_efficiency", "family") in {(name, scope) for name, scope, *_ in PARAMETERS}
-    rows = read_rows(public_csv)
-    sources = ("Korthikanti2022_Table5", "NeMo_perf_summary_24.07")
-    runs = [run_from_row(r) for r in rows if r["source"] in sources and r["complete"] == "1"]
-    assert _relevant_keys("memory_efficiency", "family", runs) == {"ampere", "hopper"}
-    table = {"family": {"ampere": {"memory_efficiency": 0.7}}}
-    assert calibration_for("a100-sxm4-40gb", "", table=table).memory_efficiency == 0.7
-    assert calibration_for("mi300x", "", table=table).memory_efficiency == 0.8
-
-
 def test_every_gpu_familys_constants_are_searched(public_csv) -> None:
     """Each family is its own block: one block over all families' constants spent its evaluations on the first
     directions and left the last ones (the chip spread) at their defaults."""

@@ -28,9 +28,7 @@ class Calibration:
     FA3 on H100: ~600/989)."""
     attention_backward_efficiency: float = 0.50
     memory_efficiency: float = 0.80
-    """Achievable fraction of HBM bandwidth for streaming kernels (STREAM-like: 80-90%). Fitted per family: a
-    training step's memory-bound kernels stream less well than STREAM (the A100 kernel samples in ../shared, at
-    this default: residual add 0.94x the modelled time, GELU 1.12x, fused LayerNorm 1.54x)."""
+    """Achievable fraction of HBM bandwidth for streaming kernels (STREAM-like: 80-90%)."""
     kernel_launch_s: float = 3e-6
     """Per-kernel GPU-side floor: launch latency and tail (NVIDIA Nsight traces: 2-5 us)."""
     host_launch_s: float = 15e-6

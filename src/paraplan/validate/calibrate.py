@@ -34,7 +34,6 @@ PARAMETERS: tuple[tuple[str, str, float, float, float], ...] = (
     ("attention_backward_efficiency", "family", 0.1, 0.9, 1.0),
     ("scale_up_efficiency", "family", 0.3, 0.95, 1.0),
     ("gpu_speed_cv", "family", 0.003, 0.15, 1.0),
-    ("memory_efficiency", "family", 0.5, 0.95, 1.0),
     ("host_launch_s", "framework", 2e-6, 1e-4, 1.0),
     ("step_overhead_s", "framework", 1e-3, 1.0, 6.0),
     ("microbatch_overhead_s", "framework", 1e-5, 0.05, 6.0),
@@ -73,8 +72,6 @@ def _relevant_keys(constant: str, scope: str, runs: Sequence[MeasuredRun]) -> se
         elif constant == "gemm_efficiency" and not fp8:
             keys.add(family_of(run.system.gpu.name))
         elif constant.startswith("attention") and run.train.attention_backend == "flash":
-            keys.add(family_of(run.system.gpu.name))
-        elif constant == "memory_efficiency":  # every row runs memory-bound kernels (norms, activations, optimizer)
             keys.add(family_of(run.system.gpu.name))
         elif constant == "gpu_speed_cv" and run.system.num_gpus > 1:
             keys.add(family_of(run.system.gpu.name))
