@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from paraplan.cli.common import console, err_console, fail
+
+if TYPE_CHECKING:
+    from paraplan.measure.analytic import AnalyticError
 
 Opt = typer.Option
 
@@ -21,7 +24,7 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _analytic(error) -> str:
+def _analytic(error: AnalyticError | None) -> str:
     return "-" if error is None else f"{_percent(error.mape)} x{error.ratio:.2f}"
 
 
