@@ -62,7 +62,8 @@ def test_no_baseline_without_a_preset_or_for_collectives() -> None:
     assert analytic_error("collective", "all_reduce", "comm", features, times, "a100-sxm4-80gb", "fp16") is None
 
 
-def test_an_exact_model_has_no_error() -> None:
+def test_error_and_ratio_are_taken_against_the_measured_times() -> None:
+    """One sample timed exactly as modelled, one twice as slow: MAPE (0 + 0.5) / 2, median measured/model 1.5."""
     features = np.array([[2048.0, 4096.0, 4096.0], [8192.0, 1024.0, 512.0]])
     times = analytic_time_us("gemm", "gemm", "fwd", features, "gh200", "bf16") * np.array([1.0, 2.0])
     error = analytic_error("gemm", "gemm", "fwd", features, times, "gh200", "bf16")
