@@ -100,3 +100,29 @@ def test_fastest_gap_and_tau_at_one_global_batch() -> None:
     assert by_batch == {"gpt/a100/8/4": 0.0, "gpt/a100/8/8": pytest.approx(25.0)}
     assert report.kendall_tau(fixed_batch=True) == pytest.approx(0.0)  # one pair right, one wrong
     assert report.kendall_tau() > 0.0
+
+
+def test_deepseek_v3_rows_read_mtp_and_the_bridge_pipeline_layout(public_csv) -> None:
+    from paraplan.validate.measured import DEEPSEEK_V3_LAYOUTS, run_from_row
+
+    runs = [run_from_row(r) for r in read_rows(public_csv) if r["model_preset"] == "deepseek-v3"]
+    assert runs
+    for run in runs:
+        # the published name says whether the run trained the multi-token-prediction module
+        assert run.model.mtp_num_layers == (0 if "w/o MTP" in run.group[0] else 1)
+        chunks = run.train.pp * run.train.vpp
+        if chunks in DEEPSEEK_V3_LAYOUTS:  # Megatron-Bridge's recipe layout: fewer decoders beside the loss
+            assert run.train.pipeline_layout == DEEPSEEK_V3_LAYOUTS[chunks]
+            assert run.train.pipeline_layout[-1] < run.train.pipeline_layout[0]
+    assert any(run.train.pipeline_layout == (4,) * 15 + (1,) for run in runs)
+    assert all(sum(layout) == 61 for layout in DEEPSEEK_V3_LAYOUTS.values())
+
+
+def test_the_deepseek_v3_layouts_apply_to_that_model_only() -> None:
+    from paraplan.specs.presets import model_preset
+    from paraplan.validate.measured import _pipeline_split
+
+    dsv3 = model_preset("deepseek-v3")
+    assert _pipeline_split(dsv3, 4, 4, "deepseek-v3") == {"pipeline_layout": (4,) * 15 + (1,)}
+    assert _pipeline_split(dsv3, 4, 4)["pipeline_layout"] != (4,) * 15 + (1,)  # any other model: spread evenly
+    assert "pipeline_layout" in _pipeline_split(dsv3, 8, 4, "deepseek-v3")  # 32 chunks: no recipe layout, spread

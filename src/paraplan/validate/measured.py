@@ -98,7 +98,10 @@ def _int(row: dict[str, str], key: str) -> int | None:
 def _model_from_row(row: dict[str, str]) -> ModelSpec:
     preset = (row.get("model_preset") or "").strip()
     if preset:
-        return model_preset(preset)
+        model = model_preset(preset)
+        if model.mtp_num_layers and "w/o mtp" in row["model"].lower():  # "DeepSeekV3 (w/o MTP)": trained without
+            model = model.with_overrides(mtp_num_layers=0)
+        return model
     arch = row["arch"].strip().lower()
     hidden = _int(row, "hidden")
     heads = _int(row, "num_heads")
@@ -125,9 +128,23 @@ def _model_from_row(row: dict[str, str]) -> ModelSpec:
     return ModelSpec(**common)
 
 
-def _pipeline_split(model: ModelSpec, pp: int, chunks: int) -> dict[str, object]:
-    """Megatron-Bridge: count embedding and loss as layers when that makes the split even; else spread."""
+# Megatron-Bridge's DeepSeek-V3 layouts, by number of model chunks (pp x vpp): decoder layers per chunk, the
+# embedding with the first, MTP and loss with the last (megatron-bridge 0.3.1,
+# recipes/deepseek/deepseek_v3.py `set_deepseek_v3_pipeline_model_parallel_layout`, whose map gives the same
+# layout to (8, 1) and (4, 2), and to (16, 1), (8, 2) and (4, 4); NeMo 2.5 scripts/performance has the same map).
+DEEPSEEK_V3_LAYOUTS: dict[int, tuple[int, ...]] = {
+    4: (16, 16, 16, 13),
+    8: (8,) * 7 + (5,),
+    16: (4,) * 15 + (1,),
+}
+
+
+def _pipeline_split(model: ModelSpec, pp: int, chunks: int, preset: str = "") -> dict[str, object]:
+    """Megatron-Bridge: DeepSeek-V3's recipe layouts; else count embedding and loss as layers when that makes the
+    split even; else spread."""
     n = pp * chunks
+    if preset == "deepseek-v3" and n in DEEPSEEK_V3_LAYOUTS and sum(DEEPSEEK_V3_LAYOUTS[n]) == model.num_layers:
+        return {"pipeline_layout": DEEPSEEK_V3_LAYOUTS[n]}
     if model.num_layers % n == 0:
         return {}
     if (model.num_layers + 2) % n == 0:
@@ -209,7 +226,8 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
     if values.get("fsdp"):
         values.pop("use_distributed_optimizer", None)
     chunks = vpp if vpp > 1 else 1
-    split = _pipeline_split(model, pp, chunks)
+    recipe_model = (row.get("model_preset") or "").strip() if framework == "nemo-megatron" else ""
+    split = _pipeline_split(model, pp, chunks, recipe_model)
     if split:
         used.append("pipeline split: " + ", ".join(f"{k}" for k in split))
     values.update(split)
