@@ -126,3 +126,22 @@ def test_the_deepseek_v3_layouts_apply_to_that_model_only() -> None:
     assert _pipeline_split(dsv3, 4, 4, "deepseek-v3") == {"pipeline_layout": (4,) * 15 + (1,)}
     assert _pipeline_split(dsv3, 4, 4)["pipeline_layout"] != (4,) * 15 + (1,)  # any other model: spread evenly
     assert "pipeline_layout" in _pipeline_split(dsv3, 8, 4, "deepseek-v3")  # 32 chunks: no recipe layout, spread
+
+
+def test_error_by_memory_tells_the_rows_that_cannot_fit_as_stated(tmp_path) -> None:
+    header = ["id", "source", "model", "arch", "num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",
+              "seq_len", "gpu_preset", "num_gpus", "gpus_per_node", "tp", "pp", "dp", "mbs", "gbs", "precision",
+              "recompute", "zero", "framework", "metric", "value", "complete"]  # fmt: skip
+    base = dict(source="S", arch="gpt", num_layers="12", hidden="1024", ffn_hidden="4096", num_heads="16",
+                num_kv_heads="16", vocab="51200", seq_len="1024", gpu_preset="a100-sxm4-80gb", num_gpus="1",
+                gpus_per_node="8", tp="1", pp="1", dp="1", mbs="1", gbs="8", precision="bf16", recompute="none",
+                zero="0", framework="megatron-lm", metric="step_time_s", value="1.0", complete="1", model="m")  # fmt: skip
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, header)
+        w.writeheader()
+        w.writerow({**base, "id": "small"})
+        w.writerow({**base, "id": "big", "num_layers": "48", "hidden": "8192", "ffn_hidden": "32768", "num_heads": "64",
+                    "num_kv_heads": "64"})  # fmt: skip  # 39B parameters and their Adam states on one 80 GB GPU
+    by_memory = validate_rows(read_rows(path)).mape_by("memory")
+    assert {k: v["n"] for k, v in by_memory.items()} == {"exceeds HBM": 1, "fits": 1}

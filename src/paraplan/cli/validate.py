@@ -29,7 +29,7 @@ def validate(
         typer.Option(
             "--by",
             help="error analysis: group by gpu, arch, model_family, precision, framework, layout, "
-            "recompute, sharding or scale",
+            "recompute, sharding, scale or memory (whether the projected peak fits the GPU)",
         ),
     ] = None,
     html: reports.HtmlOpt = None,

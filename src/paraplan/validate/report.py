@@ -164,7 +164,7 @@ def step_time_of(metric: str, value: float, run: MeasuredRun) -> float:
     return value
 
 
-def _attributes(run: MeasuredRun) -> tuple[tuple[str, str], ...]:
+def _attributes(run: MeasuredRun, fits: bool) -> tuple[tuple[str, str], ...]:
     t = run.train
     layout = "+".join(n for n, v in (("tp", t.tp), ("pp", t.pp), ("cp", t.cp), ("ep", t.ep), ("dp", t.dp)) if v > 1)
     return (
@@ -177,6 +177,9 @@ def _attributes(run: MeasuredRun) -> tuple[tuple[str, str], ...]:
         ("recompute", t.recompute_granularity),
         ("sharding", "fsdp" if t.shards_params else ("distopt" if t.shards_optimizer else "ddp")),
         ("scale", _scale(run.system.num_gpus, run.system.gpus_per_node)),
+        # a measured run fitted in memory: "exceeds HBM" says it saved memory in a way the row does not state
+        # (recompute, offloading), or that the memory model overestimates it
+        ("memory", "fits" if fits else "exceeds HBM"),
     )
 
 
@@ -228,7 +231,7 @@ def validate_rows(
                 group=run.group,
                 measured_step_s=step_time_of(run.metric, run.value, run) if run.metric != "memory_gib" else run.value,
                 predicted_step_s=proj.step_time_s if run.metric != "memory_gib" else predicted,
-                attrs=_attributes(run),
+                attrs=_attributes(run, proj.memory.fits),
                 global_batch=run.train.gbs,
             )
         )
