@@ -16,6 +16,7 @@ from paraplan.cost.block import (
     BlockCost,
     MeasuredBlock,
     block_cost,
+    gathered_params,
     repeated_s,
     runahead_s,
     with_measured_compute,
@@ -333,7 +334,7 @@ def project_specs(
             rank_expert_params[r],
             train,
             edp,
-            gathered_params=2 * max_layer_params if train.shards_params else 0.0,
+            gathered_params=gathered_params(train, max_layer_params, lambda: L.all_decoder_layer_ops(model, shard)),
         )
         activations = pipeline.peak_activation_bytes[r]
         comm_buffers = _comm_buffer_bytes(model, shard, train)

@@ -57,3 +57,25 @@ def test_chakra_trace_has_the_refetch_before_each_backward(tmp_path) -> None:
     names = [node.name for node in read_trace(out.paths[0])[1]]
     assert sum(".fsdp_refetch." in name for name in names) == 2  # one per backward (2 micro-batches)
     assert sum(".fsdp_gather." in name for name in names) == 4
+
+
+def test_deepspeed_zero3_holds_its_live_parameters_not_two_whole_layers() -> None:
+    from paraplan.cost.block import ZERO3_MAX_LIVE_PARAMS, ZERO3_PREFETCH_PARAMS, gathered_params
+    from paraplan.tune.memfilter import estimate_peak_bytes
+
+    model, system = gpt(12288), system_preset("a100-sxm4-80gb", 64)
+    h2 = 12288**2  # GPT-3 175B: a layer holds 12 h^2 = 1.8e9 parameters, its largest module (the MLP up) 4 h^2
+
+    def weights_bytes(framework: str) -> tuple[float, float]:
+        train = TrainingSpec(precision="fp16", framework=framework, zero_stage=3, grad_reduce_in_fp32=False)
+        train = train.with_values(dp=64, mbs=1, gbs=64, seq=2048, recompute="full")
+        projection = paraplan.project(model, system, train=train)
+        assert estimate_peak_bytes(model, system, train) == pytest.approx(projection.memory.peak.total_bytes)
+        return projection.memory.peak.parts["weights"], gathered_params(train, 12 * h2, lambda: _layer_ops(model))
+
+    torch_fsdp, torch_gathered = weights_bytes("megatron-lm")
+    deepspeed, deepspeed_gathered = weights_bytes("deepspeed")
+    assert torch_gathered == 24 * h2  # the layer computed and the one prefetched
+    assert deepspeed_gathered == max(ZERO3_MAX_LIVE_PARAMS, 4 * h2) + ZERO3_PREFETCH_PARAMS
+    assert torch_fsdp - deepspeed == pytest.approx(2 * (torch_gathered - deepspeed_gathered))  # fp16 weights
+    assert gathered_params(TrainingSpec(), 12 * h2, lambda: []) == 0.0  # parameters not sharded

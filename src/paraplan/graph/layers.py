@@ -504,3 +504,8 @@ def _fields(op: Op) -> dict:
 def decoder_layer_ops(model: ModelSpec, shard: Shard, moe: bool) -> list[Op]:
     attn = mla_attention_ops(model, shard) if model.is_mla else attention_ops(model, shard)
     return attn + (moe_ops(model, shard) if moe else mlp_ops(model, shard))
+
+
+def all_decoder_layer_ops(model: ModelSpec, shard: Shard) -> list[Op]:
+    """The forward ops of the model's kinds of decoder layer (dense, and MoE for an MoE model)."""
+    return [op for moe in {False, model.is_moe} for op in decoder_layer_ops(model, shard, moe)]

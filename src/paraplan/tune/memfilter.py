@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost.block import weight_params
+from paraplan.cost.block import gathered_params, weight_params
 from paraplan.graph import layers as L
 from paraplan.graph.ops import OpKind
 from paraplan.graph.partition import virtual_stages
@@ -186,9 +186,8 @@ class GroupMemory:
             rank_params.append((dense_p, expert_p))
         states: dict[tuple[float, float], float] = {}
         for params in set(rank_params):
-            parts = state_bytes(
-                params[0], params[1], train, edp, gathered_params=2 * max_layer_params if train.shards_params else 0.0
-            )
+            gathered = gathered_params(train, max_layer_params, lambda: L.all_decoder_layer_ops(model, shard))
+            parts = state_bytes(params[0], params[1], train, edp, gathered_params=gathered)
             states[params] = sum(parts.values())
         self.state_bytes = np.array([states[params] for params in rank_params])
         self.fixed_bytes = _comm_buffer_bytes(model, shard, train) + CUDA_CONTEXT_BYTES
