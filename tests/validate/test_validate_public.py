@@ -145,3 +145,14 @@ def test_error_by_memory_tells_the_rows_that_cannot_fit_as_stated(tmp_path) -> N
                     "num_kv_heads": "64"})  # fmt: skip  # 39B parameters and their Adam states on one 80 GB GPU
     by_memory = validate_rows(read_rows(path)).mape_by("memory")
     assert {k: v["n"] for k, v in by_memory.items()} == {"exceeds HBM": 1, "fits": 1}
+
+
+def test_nemo_and_bridge_rows_reduce_gradients_in_bf16_as_their_performance_scripts(public_csv) -> None:
+    from paraplan.validate.measured import run_from_row
+
+    rows = read_rows(public_csv)
+    runs = [run_from_row(r) for r in rows if r["framework"] == "nemo-megatron" and r["complete"] == "1"]
+    assert runs
+    for run in runs:
+        assert not run.train.grad_reduce_in_fp32 and run.train.grad_reduce_bytes == 2
+        assert "grad_reduce_in_fp32=False" in run.defaults_used

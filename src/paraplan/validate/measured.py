@@ -57,6 +57,10 @@ FRAMEWORK_DEFAULTS: dict[str, dict[str, object]] = {
         "recompute_granularity": "none",
         "expert_tensor_parallel_size": 1,
         "cross_entropy_fusion": True,  # the recipes set cross_entropy_loss_fusion
+        # the performance scripts reduce gradients in bf16, so the grad buffer is bf16 too (nemo-toolkit 2.5.0
+        # scripts/performance/helpers.py `set_precision_configs`: `grad_reduce_in_fp32 = False` for every
+        # compute dtype); the 24.07 rows' launcher configurations are not in the released packages: the same
+        "grad_reduce_in_fp32": False,
     },
     # DeepSpeed: gradients are reduced in the training dtype under fp16 (config `fp32_allreduce`, off by default;
     # `communication_data_type` follows the regime). Megatron-LM rows with ZeRO-3 (SC21 Table 2) switch to this
