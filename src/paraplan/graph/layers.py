@@ -508,4 +508,5 @@ def decoder_layer_ops(model: ModelSpec, shard: Shard, moe: bool) -> list[Op]:
 
 def all_decoder_layer_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     """The forward ops of the model's kinds of decoder layer (dense, and MoE for an MoE model)."""
-    return [op for moe in {False, model.is_moe} for op in decoder_layer_ops(model, shard, moe)]
+    kinds = (False, True) if model.is_moe else (False,)
+    return [op for moe in kinds for op in decoder_layer_ops(model, shard, moe)]

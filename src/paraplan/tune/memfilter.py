@@ -185,8 +185,8 @@ class GroupMemory:
                         expert_p += model.mtp_num_layers * self.facts["mtp"].expert_params
             rank_params.append((dense_p, expert_p))
         states: dict[tuple[float, float], float] = {}
+        gathered = gathered_params(train, max_layer_params, lambda: L.all_decoder_layer_ops(model, shard))
         for params in set(rank_params):
-            gathered = gathered_params(train, max_layer_params, lambda: L.all_decoder_layer_ops(model, shard))
             parts = state_bytes(params[0], params[1], train, edp, gathered_params=gathered)
             states[params] = sum(parts.values())
         self.state_bytes = np.array([states[params] for params in rank_params])
