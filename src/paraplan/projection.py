@@ -181,6 +181,7 @@ class _StageSums:
     profiled: float = 0.0
     host: float = 0.0
     measured: float = 0.0
+    forward_exposed: float = 0.0
     max_layer_params: float = 0.0
     max_full_saved: float = 0.0
     refetch_params: float = 0.0
@@ -219,6 +220,7 @@ def _stage_sums(
         total.recompute_flops += cost.recompute_flops * count
         total.profiled += cost.profiled_s * count
         total.host += cost.host_bound_s * count - runahead_s(cost, count)
+        total.forward_exposed += cost.forward_comm_exposed_s * count
         if kind in ("dense", "moe"):
             total.num_layers += count
             total.max_layer_params = max(total.max_layer_params, cost.dense_params + cost.expert_params)
@@ -259,7 +261,12 @@ def _chunk_cost(
         fsdp_units=units,
         fsdp_on_demand=train.gathers_on_demand,
     )
-    extra = ChunkExtras(host_bound_s=total.host, profiled_s=total.profiled, measured_s=total.measured)
+    extra = ChunkExtras(
+        host_bound_s=total.host,
+        profiled_s=total.profiled,
+        measured_s=total.measured,
+        forward_comm_exposed_s=total.forward_exposed,
+    )
     return chunk, extra, total.dense_params, total.expert_params
 
 

@@ -22,6 +22,7 @@ class ChunkExtras:
     host_bound_s: float = 0.0  # host launch-bound time inside the compute times
     profiled_s: float = 0.0  # compute time that came from a fitted profile
     measured_s: float = 0.0  # compute time that came from a real run (hybrid projection)
+    forward_comm_exposed_s: float = 0.0  # exposed intra-layer communication inside the forward time
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +72,10 @@ def outcome_from(
     profiled = m * sum(e.profiled_s for e in extras[r])
     measured = m * sum(e.measured_s for e in extras[r])
     exposed_inside = m * sum(sum(c.comm_exposed_s.values()) for c in row)
+    forward_exposed = m * sum(e.forward_comm_exposed_s for e in extras[r])
     busy = forward + backward
     step = sim.step_time_s + step_overhead_s
-    breakdown = _parts(sim, step, step_overhead_s, forward, busy, recompute, host, exposed_inside)
+    breakdown = _parts(sim, step, step_overhead_s, forward - forward_exposed, busy, recompute, host, exposed_inside)
     return PipelineOutcome(
         step_time_s=step,
         pipeline_time_s=sim.pipeline_time_s,
@@ -103,6 +105,8 @@ def _parts(
     host: float,
     exposed_inside: float,
 ) -> dict[str, float]:
+    """`forward`: the forward's compute-stream time without its exposed communication; `busy`: forward and backward
+    with all of it (`exposed_inside`)."""
     if not sim.breakdown_s:
         return {}
     breakdown: dict[str, float] = {}
@@ -114,7 +118,7 @@ def _parts(
     own_compute = busy - exposed_inside
     scale = compute_total / own_compute if own_compute > 0 else 1.0
     pure = max(0.0, own_compute - recompute - host)
-    fwd_share = (forward / busy) if busy > 0 else 0.0
+    fwd_share = forward / own_compute if own_compute > 0 else 0.0  # the forward's share of the compute alone
     breakdown["forward_compute"] = pure * fwd_share * scale
     breakdown["backward_compute"] = pure * (1 - fwd_share) * scale
     breakdown["recompute"] = recompute * scale
