@@ -335,16 +335,11 @@ def project_specs(
     )
     # memory per rank
     ranks = []
+    gathered = gathered_params(train, max_layer_params, lambda: L.all_decoder_layer_ops(model, shard))
+    comm_buffers = _comm_buffer_bytes(model, shard, train)
     for r in range(train.pp):
-        states = state_bytes(
-            rank_dense_params[r],
-            rank_expert_params[r],
-            train,
-            edp,
-            gathered_params=gathered_params(train, max_layer_params, lambda: L.all_decoder_layer_ops(model, shard)),
-        )
+        states = state_bytes(rank_dense_params[r], rank_expert_params[r], train, edp, gathered_params=gathered)
         activations = pipeline.peak_activation_bytes[r]
-        comm_buffers = _comm_buffer_bytes(model, shard, train)
         ranks.append(rank_memory(r, states, activations, max_full_saved, comm_buffers))
     memory = MemoryResult(ranks=tuple(ranks), capacity_bytes=system.gpu.hbm_bytes)
     tokens = train.gbs * train.seq
