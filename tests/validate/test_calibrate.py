@@ -154,3 +154,25 @@ def test_profiled_kernels_run_at_the_slowest_gpus_pace_too() -> None:
     one, many, flat = forward_s(1, 0.05), forward_s(64, 0.05), forward_s(64, 0.0)
     assert flat == pytest.approx(one, rel=1e-3)  # no spread: the measured times as they are
     assert one * 1.05 < many < one * slow  # GEMMs and attention slowed, the memory-bound ops not
+
+
+# NCCL all-reduce bus bandwidth over NVLink, as a fraction of the link (nccl-tests on DGX A100 and DGX H100).
+NCCL_NVLINK_EFFICIENCY = (0.7, 0.9)
+
+
+def test_few_rows_do_not_push_the_nvlink_efficiency_out_of_what_nccl_reaches(public_csv) -> None:
+    """NeMo's ten H100 rows alone, with the prior as wide as the compute efficiencies', took Hopper's NVLink
+    efficiency to 0.95 (the bound); it is a measured hardware quantity, so its prior is narrower."""
+    rows = [r for r in read_rows(public_csv) if r["source"] == "NeMo_perf_summary_24.07"]
+    fitted = fit(rows, max_evaluations=80).table["family"]["hopper"]["scale_up_efficiency"]
+    assert NCCL_NVLINK_EFFICIENCY[0] <= fitted <= NCCL_NVLINK_EFFICIENCY[1]
+
+
+def test_the_shipped_nvlink_efficiencies_are_what_nccl_reaches() -> None:
+    from paraplan.cost.calibration import fitted_table
+
+    families = fitted_table()["family"]
+    assert {"ampere", "hopper", "blackwell", "blackwell_ultra"} <= set(families)
+    for family, constants in families.items():
+        low, high = NCCL_NVLINK_EFFICIENCY
+        assert low <= constants["scale_up_efficiency"] <= high, family

@@ -26,13 +26,16 @@ from paraplan.validate.report import validate_rows
 # defaults come from datasheets and kernel benchmarks (width 1); the per-step and per-micro-batch framework
 # times are placeholders that no public source pins down (width 6: the data decides; at width 3 the pull
 # towards the 50 ms placeholder still cost as much as the fit gained by moving a framework's step overhead to
-# the few ms its rows show, so Megatron-DeepSpeed's stayed at 15 ms).
+# the few ms its rows show, so Megatron-DeepSpeed's stayed at 15 ms). The NVLink efficiency is a hardware quantity
+# that nccl-tests measure (all-reduce bus bandwidth: 0.75-0.85 of the link on DGX A100 and H100), so it is trusted
+# four times more (width 0.25): at width 1 a single outlier row (Megatron-Bridge's Qwen3-30B-A3B on 16 H100) took
+# Hopper's to 0.59; at 0.25 every family's fits at 0.74-0.77 and the held-out error is lower (8.65% -> 8.59%).
 PARAMETERS: tuple[tuple[str, str, float, float, float], ...] = (
     ("gemm_efficiency", "family", 0.3, 0.95, 1.0),
     ("fp8_gemm_efficiency", "family", 0.2, 0.9, 1.0),
     ("attention_efficiency", "family", 0.15, 0.9, 1.0),
     ("attention_backward_efficiency", "family", 0.1, 0.9, 1.0),
-    ("scale_up_efficiency", "family", 0.3, 0.95, 1.0),
+    ("scale_up_efficiency", "family", 0.3, 0.95, 0.25),
     ("gpu_speed_cv", "family", 0.003, 0.15, 1.0),
     ("host_launch_s", "framework", 2e-6, 1e-4, 1.0),
     ("step_overhead_s", "framework", 1e-3, 1.0, 6.0),
