@@ -236,6 +236,9 @@ def test_attention_mapping() -> None:
     assert profile.op_time_s(cp) == pytest.approx(expected_us / 4 * 1e-6)
     non_causal = AttentionShape(2, 4096, 4096, 16, 4, 128, 128, causal=False)
     assert profile.op_time_s(Op("attn_core", OpKind.ATTENTION, Phase.FORWARD, attention=non_causal)) is None
+    # an ALiBi bias runs another kernel (Triton) than the FlashAttention the samples time: left to the analytic model
+    alibi = Op("attn_core", OpKind.ATTENTION, Phase.FORWARD, attention=shape, tags=frozenset({"alibi"}))
+    assert profile.op_time_s(alibi) is None
 
 
 @pytest.mark.parametrize(
@@ -311,8 +314,14 @@ def test_optimizer() -> None:
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "src" / "paraplan" / "cost" / "profiles"
 
 
-@pytest.mark.parametrize(("preset", "gpu", "peak_tflops"), [("a100-sxm4-80gb", "A100", 312), ("gh200", "GH200", 989)])
-def test_shipped_profiles(preset: str, gpu: str, peak_tflops: float) -> None:
+# Causal flash attention at head dim 128 and 4k tokens: FlashAttention-2 runs at about 60% of the A100's peak and
+# 35-40% of the GH200's (the public samples, timed over the full square: 184-197 and 355-380 TFLOP/s at 2-5k
+# tokens). Read as causal samples, the profiles gave half that.
+@pytest.mark.parametrize(
+    ("preset", "gpu", "peak_tflops", "attention_floor"),
+    [("a100-sxm4-80gb", "A100", 312, 0.45), ("gh200", "GH200", 989, 0.3)],
+)
+def test_shipped_profiles(preset: str, gpu: str, peak_tflops: float, attention_floor: float) -> None:
     profile = shipped_profile(preset)
     assert profile is not None and gpu in profile.gpu
     assert shipped_profile(preset.upper()) is profile  # cached, case-insensitive
@@ -334,7 +343,7 @@ def test_shipped_profiles(preset: str, gpu: str, peak_tflops: float) -> None:
     shape = AttentionShape(1, 4096, 4096, 32, 8, 128, 128)
     attention = profile.op_time_s(Op("attn_core", OpKind.ATTENTION, Phase.FORWARD, attention=shape))
     attention_tflops = 2 * 32 * 4096**2 * 128 / attention / 1e12  # causal: half of 4 b h s^2 d
-    assert 0.1 * peak_tflops < attention_tflops < 0.8 * peak_tflops
+    assert attention_floor * peak_tflops < attention_tflops < 0.8 * peak_tflops
 
 
 def test_shipped_profile_unknown_and_sizes() -> None:

@@ -29,6 +29,8 @@ def test_measure_quick_then_fit(tmp_path: Path, cli_app) -> None:
         table = read_sample_table(file)  # same layout as the kernel samples
         assert len(table) >= 6 and file.precision == "fp32"
         assert (table.values > 0).all()
+        if file.op == "flash_atten":
+            assert (table.column("causal") == 1).all()  # timed with a causal mask, unlike the public samples
     assert json.loads((out / "measure.json").read_text())["threads"] == 1
 
     profile_path = tmp_path / "cpu.json"

@@ -112,7 +112,11 @@ def test_other_features() -> None:
     attention = mapping_for("operator", "flash_atten")
     assert not isinstance(attention, str)
     t = table("flash_atten", ("mp", "b", "h", "l", "dim", "F_dur(us)", "B_dur(us)"), [(2, 4, 32, 2048, 4096, 1, 2)])
-    assert attention.features(t, "fwd").tolist() == [[4 * 16, 2048, 128]]
+    # the public samples are timed over the full square: the causal work of twice the sequences
+    assert attention.features(t, "fwd").tolist() == [[2 * 4 * 16, 2048, 128]]
+    causal = ("mp", "b", "h", "l", "dim", "causal", "F_dur(us)", "B_dur(us)")
+    t = table("flash_atten", causal, [(2, 4, 32, 2048, 4096, 1, 1, 2), (2, 4, 32, 2048, 4096, 0, 1, 2)])
+    assert attention.features(t, "fwd").tolist() == [[4 * 16, 2048, 128], [2 * 4 * 16, 2048, 128]]
     assert len(FEATURES["attention"]) == 3 and work("attention", np.array([[64.0, 2048, 128]]))[0] == 64 * 2048**2 * 128
     norm = mapping_for("operator", "layernorm")
     assert not isinstance(norm, str)

@@ -489,7 +489,9 @@ class Profile:
         if op.kind == OpKind.ATTENTION and op.attention is not None:
             shape = op.attention
             if not shape.causal:
-                return None  # the samples are causal; non-causal does twice the work per token pair
+                return None  # the regressors are of causal attention; non-causal does twice the work per token pair
+            if "alibi" in op.tags:
+                return None  # a bias runs the Triton kernel, not the FlashAttention the samples timed
             seq = math.sqrt(shape.seq_q * shape.seq_kv)  # same causal work as seq_q x seq_kv
             head_dim = (shape.head_dim_qk + shape.head_dim_v) / 2
             name = f"attention.{direction}"

@@ -6,7 +6,8 @@ A large figure says which operator the analytic model gets wrong on that GPU, wh
 part of the error analysis (the step-level part is `paraplan validate --by`).
 
 Collectives have no baseline here: their time depends on the sampled system's links, which are not a preset.
-Flash-attention samples are taken as causal, as `cost.profile` takes them.
+Flash-attention features are those of causal attention, as `cost.profile` takes them (`measure.datasets` turns
+full-square samples into their causal equivalent).
 """
 
 from __future__ import annotations

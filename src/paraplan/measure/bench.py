@@ -332,7 +332,7 @@ def _attention_like_rows(config: BenchConfig, op: str) -> list[tuple[float, ...]
             times = _forward_backward_us(
                 lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=True), [q, k, v], config
             )
-            rows.append((1, b, heads, seq, dim, *times))
+            rows.append((1, b, heads, seq, dim, 1, *times))  # causal = 1
         elif op == "RoPE":
             x = torch.randn(seq, b, heads, head_dim, dtype=dtype, device=device, requires_grad=True)
             angle = torch.randn(seq, 1, 1, head_dim, dtype=dtype, device=device)
@@ -476,9 +476,10 @@ def plan_benchmarks(config: BenchConfig) -> list[BenchTask]:
     """The operator benchmarks, one task per output file (collectives are `collective_task`)."""
     per_token = ("b", "l", "dim", *FWD_BWD_COLUMNS)
     attention = ("mp", "b", "h", "l", "dim", *FWD_BWD_COLUMNS)
+    flash = ("mp", "b", "h", "l", "dim", "causal", *FWD_BWD_COLUMNS)
     return [
         BenchTask("gemm", "operator", ("m", "n", "k", *FWD_BWD_COLUMNS), lambda: _gemm_rows(config)),
-        BenchTask("flash_atten", "operator", attention, lambda: _attention_like_rows(config, "flash_atten")),
+        BenchTask("flash_atten", "operator", flash, lambda: _attention_like_rows(config, "flash_atten")),
         BenchTask("layernorm", "operator", per_token, lambda: _per_token_rows(config, "layernorm")),
         BenchTask("RMSlayernorm", "operator", per_token, lambda: _per_token_rows(config, "RMSlayernorm")),
         BenchTask("gelu", "operator", ("mp", *per_token), lambda: _per_token_rows(config, "gelu")),

@@ -9,7 +9,8 @@ Layout (arXiv 2509.22832's released data, `../shared/data/kernel-samples`):
 
 paraplan's own measurements use the same names and columns, plus a few of its own that the reader
 understands wherever they appear: a `gemm` operator (`m,n,k`), and optional `vocab` (padded vocabulary
-of `linear_final`/cross-entropy rows) and `params` (optimizer rows) columns.
+of `linear_final`/cross-entropy rows), `params` (optimizer rows) and `causal` (flash-attention rows: 1 when timed
+with a causal mask; absent or 0, the full square as in the public samples) columns.
 """
 
 from __future__ import annotations
