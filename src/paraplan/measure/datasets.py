@@ -108,11 +108,12 @@ def _gemm(t: SampleTable, _direction: str) -> np.ndarray:
 
 # The public kernel samples (arXiv 2509.22832) time flash attention over the full square of query-key pairs, with no
 # causal mask. Counted that way, at head dim 128 and 2-5k tokens they run at 184-197 TFLOP/s on A100 (59-63% of
-# peak) and 355-380 on GH200: FlashAttention-2's non-causal rates (Dao 2023). Counted as causal, the A100 rows would
-# run at 92-99 TFLOP/s, half of what FlashAttention-2 reaches with a causal mask. Files without a `causal` column are
-# read as full square; `paraplan measure` times causal attention and writes causal = 1. A full-square pass over
-# b*h sequences does the work of a causal pass over 2*b*h (the same query-key tile pairs, plus the causal diagonal
-# tiles), so it enters the causal regressors with twice the batch x heads.
+# peak, in line with FlashAttention-2's published non-causal A100 rates, Dao 2023) and 355-380 on GH200 (36-38%).
+# Counted as causal, the A100 rows would run at 92-99 TFLOP/s, half of what FlashAttention-2 reaches with a causal
+# mask. Files without a `causal` column are read as full square; `paraplan measure` times causal attention and
+# writes causal = 1. A full-square pass over b*h sequences does the work of a causal pass over 2*b*h (the same
+# query-key tile pairs, plus the causal diagonal tiles), so it enters the causal regressors with twice the
+# batch x heads.
 FULL_SQUARE_AS_CAUSAL_BATCH = 2.0
 
 
