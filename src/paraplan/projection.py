@@ -27,7 +27,7 @@ from paraplan.cost.compute import optimizer_time_s
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommAxis, CommKind, Op
 from paraplan.graph.partition import chunks_per_rank, virtual_stages
-from paraplan.memory.model import MemoryResult, rank_memory, state_bytes
+from paraplan.memory.model import MemoryResult, comm_buffer_bytes, rank_memory, state_bytes
 from paraplan.result import Projection
 from paraplan.sim.costs import ChunkCost, PipelineCosts
 from paraplan.sim.pipeline import ChunkExtras, play_pipeline
@@ -336,7 +336,7 @@ def project_specs(
     # memory per rank
     ranks = []
     gathered = gathered_params(train, max_layer_params, lambda: L.all_decoder_layer_ops(model, shard))
-    comm_buffers = _comm_buffer_bytes(model, shard, train)
+    comm_buffers = comm_buffer_bytes(model, shard, train)
     for r in range(train.pp):
         states = state_bytes(rank_dense_params[r], rank_expert_params[r], train, edp, gathered_params=gathered)
         activations = pipeline.peak_activation_bytes[r]
@@ -470,15 +470,3 @@ def _optimizer_time(
     else:
         params = dense_params + expert_params
     return optimizer_time_s(params, system.gpu, cal)
-
-
-def _comm_buffer_bytes(model: ModelSpec, shard: L.Shard, train: TrainingSpec) -> float:
-    """All-to-all dispatch buffers for MoE and the TP all-gather output under SP."""
-    h = model.hidden_size
-    buffers = 0.0
-    if shard.sp:
-        buffers += shard.act_bytes * shard.tokens * h  # gathered sequence for the next GEMM
-    if model.is_moe and train.ep > 1:
-        own = shard.tokens // shard.tp if shard.sp else shard.tokens
-        buffers += 2 * shard.act_bytes * own * model.moe_router_topk * h
-    return buffers

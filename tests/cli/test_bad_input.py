@@ -43,6 +43,7 @@ def assert_bad(result, *fragments: str) -> list[str]:
         (["--gpus", "8", "--gbs", "8", "--precision", "nvfp4"], "nvfp4 is not supported by h100-sxm5-80gb"),
         (["--gpus", "8", "--gbs", "8", "--schedule", "zigzag"], "pipeline schedule 'zigzag' is unknown"),
         (["--gpus", "8", "--gbs", "8", "--ep", "2"], "needs an MoE model"),
+        (["--gpus", "8", "--gbs", "8", "--moe-dispatcher", "deepep"], "unknown MoE token dispatcher 'deepep'"),
     ],
 )
 def test_layout_rules(extra: list[str], fragment: str) -> None:

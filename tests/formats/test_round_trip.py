@@ -90,3 +90,14 @@ def test_a_setting_the_format_cannot_express_is_reported() -> None:
     assert "# not expressible in Megatron-LM, nearest setting used: pipeline schedule zb-v" in text
     with pytest.raises(ConfigError, match="config.json cannot express: GPT-2 configs have tied embeddings"):
         emit("hf", model_preset("gpt3-175b"), system, train, strict=True)
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "primus", "nemo"])
+def test_flex_dispatcher_survives_a_round_trip(fmt: str) -> None:
+    """DeepEP's flex dispatcher is written as Megatron's `moe_token_dispatcher_type: flex` and read back."""
+    first = read_config(DATA / "megatron/deepseek_v3_args.txt", "megatron", num_gpus=1024, env={})
+    assert first.train.moe_token_dispatcher_type == "alltoall"
+    system = system_preset("h100-sxm5-80gb", 1024)
+    train = resolve_dp(first.train.with_values(moe_token_dispatcher_type="flex"), system)
+    back = read_config(emit(fmt, first.model, system, train, strict=True), fmt, num_gpus=1024, env={})
+    assert back.train.moe_token_dispatcher_type == "flex"

@@ -55,6 +55,13 @@ KernelFusionOpt = Annotated[
     bool | None,
     typer.Option("--kernel-fusion/--no-kernel-fusion", help="fused norm/SwiGLU/rotary kernels, or eager PyTorch"),
 ]
+MoeDispatcherOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--moe-dispatcher",
+        help="MoE token dispatcher: alltoall, or flex (DeepEP / HybridEP: a token sent once per rank and node)",
+    ),
+]
 CrossEntropyFusionOpt = Annotated[
     bool | None,
     typer.Option(

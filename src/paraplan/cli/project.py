@@ -16,6 +16,7 @@ from paraplan.cli.common import (
     GpusOpt,
     KernelFusionOpt,
     ModelOpt,
+    MoeDispatcherOpt,
     console,
     err_console,
     handle_errors,
@@ -65,6 +66,7 @@ def _projection_command(
     overlap_param_gather: Annotated[bool | None, Opt("--overlap-param-gather/--no-overlap-param-gather")] = None,
     tp_comm_overlap: Annotated[bool | None, Opt("--tp-comm-overlap/--no-tp-comm-overlap")] = None,
     ep_overlap: Annotated[bool | None, Opt("--ep-overlap/--no-ep-overlap")] = None,
+    moe_dispatcher: MoeDispatcherOpt = None,
     precision: Annotated[str | None, Opt("--precision", help="fp16 bf16 fp8 fp8_cs fp8_blockwise mxfp8 nvfp4")] = None,
     schedule: Annotated[
         str | None, Opt("--schedule", help="gpipe 1f1b interleaved zb-h1 zb-v dualpipe dualpipev")
@@ -195,6 +197,7 @@ def _projection_command(
             overlap_param_gather=overlap_param_gather,
             tp_comm_overlap=tp_comm_overlap,
             moe_ep_overlap=ep_overlap,
+            moe_token_dispatcher_type=moe_dispatcher,
             precision=precision,
             pipeline_schedule=schedule,
             attention_backend=attention_backend,

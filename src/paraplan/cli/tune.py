@@ -17,6 +17,7 @@ from paraplan.cli.common import (
     GpuOpt,
     KernelFusionOpt,
     ModelOpt,
+    MoeDispatcherOpt,
     console,
     err_console,
     handle_errors,
@@ -133,6 +134,7 @@ def tune_command(
     attention_backend: Annotated[str | None, Opt("--attention-backend", help="flash | unfused")] = None,
     kernel_fusion: KernelFusionOpt = None,
     cross_entropy_fusion: CrossEntropyFusionOpt = None,
+    moe_dispatcher: MoeDispatcherOpt = None,
     objectives: Annotated[
         str, Opt("--objectives", help="throughput, or several for a Pareto front: throughput,memory,gpus")
     ] = "throughput",
@@ -187,6 +189,7 @@ def tune_command(
         attention_backend=attention_backend,
         kernel_fusion=kernel_fusion,
         cross_entropy_fusion=cross_entropy_fusion,
+        moe_token_dispatcher_type=moe_dispatcher,
     )
     problem = TuneProblem(model_spec, systems, gbs, seq, base, model_ref=model or "", gpu_ref=gpu or "")
     fixes = list(fix or [])

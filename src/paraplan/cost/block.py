@@ -174,7 +174,7 @@ class BlockContext:
 def _comm_time(op: Op, ctx: BlockContext) -> float:
     comm = op.comm
     assert comm is not None
-    return collective_time_s(comm.kind, comm.bytes, ctx.groups[comm.axis], ctx.system, ctx.cal)
+    return collective_time_s(comm.kind, comm.bytes, ctx.groups[comm.axis], ctx.system, ctx.cal, comm.routing)
 
 
 @dataclass(slots=True)

@@ -42,11 +42,40 @@ def _bw(nbytes: float, bytes_per_s: float, eff: float, half: float) -> float:
     return nbytes / (bytes_per_s * eff * nbytes / (nbytes + half))
 
 
+def hit_probability(experts: int, topk: int, share: int) -> float:
+    """Probability that a token's top-k experts, drawn uniformly without repetition from `experts` (balanced
+    routing), include at least one of a given `share` of them: 1 - C(E - share, k) / C(E, k)."""
+    miss = 1.0
+    for i in range(min(topk, experts)):
+        miss *= max(0.0, (experts - share - i) / (experts - i))
+    return 1.0 - miss
+
+
+def _flex_dispatch_bytes(nbytes: float, routing: tuple[int, int], group: GroupPlacement) -> tuple[float, float]:
+    """(NVLink, network) bytes one rank sends in a deduplicating token dispatch (DeepEP, HybridEP): one copy of a
+    token per destination rank in its node; across nodes one copy per destination node, sent over RDMA to the
+    GPU of the same local index there, which forwards it over NVLink (DeepEP internode kernels, Zhao et al. 2025,
+    DeepEP README). Averaged over ranks, each GPU forwards what it receives, so NVLink carries a node's share for
+    every node. `nbytes` counts one copy per chosen expert (the alltoall dispatcher's volume)."""
+    experts, topk = routing
+    n, k, nodes = group.size, group.per_node, group.nodes
+    token_bytes = nbytes / topk
+    rank_hit = hit_probability(experts, topk, max(1, experts // n))
+    node_hit = hit_probability(experts, topk, max(1, experts * k // n))
+    return token_bytes * (k - 1) * rank_hit * nodes, token_bytes * (nodes - 1) * node_hit
+
+
 def collective_time_s(
-    kind: CommKind, nbytes: float, group: GroupPlacement, system: SystemSpec, cal: Calibration
+    kind: CommKind,
+    nbytes: float,
+    group: GroupPlacement,
+    system: SystemSpec,
+    cal: Calibration,
+    routing: tuple[int, int] | None = None,
 ) -> float:
     """Time of one collective. `nbytes`: the full buffer (all-reduce, all-gather output, reduce-scatter
-    input); for all-to-all the bytes one rank sends; for send/recv the message."""
+    input); for all-to-all the bytes one rank sends; for send/recv the message. `routing`: (experts, top-k)
+    of a deduplicating MoE token dispatch (an all-to-all of Megatron's flex dispatcher)."""
     n = group.size
     if n <= 1 or nbytes <= 0:
         return 0.0
@@ -59,8 +88,12 @@ def collective_time_s(
             return _bw(nbytes, up_bw, up_eff, half) + up_lat
         return _bw(nbytes, net_bw, net_eff, half) + net_lat
     if kind is CommKind.ALL_TO_ALL:
-        intra = _bw(nbytes * (k - 1) / n, up_bw, up_eff, half / n)
-        inter = _bw(nbytes * (n - k) / n, net_bw, net_eff, half / n) if nodes > 1 else 0.0
+        if routing is None:
+            intra_bytes, inter_bytes = nbytes * (k - 1) / n, nbytes * (n - k) / n
+        else:
+            intra_bytes, inter_bytes = _flex_dispatch_bytes(nbytes, routing, group)
+        intra = _bw(intra_bytes, up_bw, up_eff, half / n)
+        inter = _bw(inter_bytes, net_bw, net_eff, half / n) if nodes > 1 else 0.0
         lat = (n - 1) * (net_lat if nodes > 1 else up_lat) / max(1, min(n - 1, 8))
         return max(intra, inter) + lat
     passes = 2.0 if kind is CommKind.ALL_REDUCE else 1.0

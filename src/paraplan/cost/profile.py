@@ -555,7 +555,7 @@ class Profile:
         costed as all-gather) use the per-rank shard `comm.bytes / group_size`, the measured quantity.
         """
         kind = COLLECTIVE_NAMES.get(comm.kind)
-        if kind is None or comm.bytes <= 0:
+        if kind is None or comm.bytes <= 0 or comm.routing is not None:  # samples time plain collectives
             return None
         if comm.kind != CommKind.SEND_RECV and comm.group_size != nodes * gpus_per_node:
             return None

@@ -161,7 +161,7 @@ class _Costs:
         if op.kind is OpKind.COMM:
             comm = op.comm
             assert comm is not None
-            return collective_time_s(comm.kind, comm.bytes, self.groups[comm.axis], self.system, self.cal)
+            return collective_time_s(comm.kind, comm.bytes, self.groups[comm.axis], self.system, self.cal, comm.routing)
         return compute_time_s(op, self.system.gpu, self.cal)
 
     def collective_s(self, kind: CommKind, nbytes: float, group: str) -> float:

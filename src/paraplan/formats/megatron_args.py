@@ -47,6 +47,9 @@ RELEVANT: tuple[Arg, ...] = (
     _a("overlap_param_gather", "switch"),
     _a("tp_comm_overlap", "switch"),
     _a("overlap_moe_expert_parallel_comm", "switch"),
+    _a("moe_token_dispatcher_type", "str", choices=("allgather", "alltoall", "flex")),
+    _a("moe_flex_dispatcher_backend", "str", choices=("deepep", "hybridep")),
+    _a("moe_enable_deepep", "switch"),
     _a("use_torch_fsdp2", "switch"),
     _a("use_megatron_fsdp", "switch"),
     _a("data_parallel_sharding_strategy", "str", choices=("no_shard", "optim", "optim_grads", "optim_grads_params")),
@@ -157,7 +160,7 @@ _IGNORED_SWITCHES = (
     "attention_softmax_in_fp32 accumulate_allreduce_grads_in_fp32 no_load_optim no_load_rng no_save_optim "
     "no_save_rng mock_data log_throughput log_params_norm log_num_zeros_in_grad log_timers_to_tensorboard "
     "log_validation_ppl_to_tensorboard log_memory_to_tensorboard log_world_size_to_tensorboard moe_grouped_gemm "
-    "moe_permute_fusion moe_router_enable_expert_bias moe_enable_deepep moe_shared_expert_overlap "
+    "moe_permute_fusion moe_router_enable_expert_bias moe_shared_expert_overlap "
     "moe_router_force_load_balancing moe_pad_expert_input_to_capacity moe_use_legacy_grouped_gemm "
     "moe_per_layer_logging moe_router_pre_softmax moe_layer_recompute use_dist_ckpt "
     "async_save auto_detect_ckpt_format finetune use_checkpoint_args exit_signal_handler profile "
@@ -198,9 +201,9 @@ _IGNORED_VALUED = (
     "mscale_all_dim norm_epsilon max_position_embeddings transformer_impl tp_comm_overlap_cfg "
     "num_distributed_optimizer_instances main_grads_dtype main_params_dtype exp_avg_dtype exp_avg_sq_dtype "
     "moe_router_load_balancing_type moe_aux_loss_coeff moe_z_loss_coeff moe_input_jitter_eps "
-    "moe_token_dispatcher_type moe_router_dtype moe_router_topk_scaling_factor moe_router_score_function "
+    "moe_router_dtype moe_router_topk_scaling_factor moe_router_score_function "
     "moe_router_bias_update_rate moe_router_num_groups moe_router_group_topk moe_token_drop_policy "
-    "moe_flex_dispatcher_backend mtp_loss_scaling_factor empty_unused_memory_level local_rank "
+    "mtp_loss_scaling_factor empty_unused_memory_level local_rank "
     "microbatch_group_size_per_virtual_pipeline_stage check_weight_hash_across_dp_replicas_interval "
     "tokenizer_prompt_format data_args_path per_split_data_args_path mid_level_dataset_surplus "
     "object_storage_cache_path tp_comm_bootstrap_backend ckpt_convert_format ckpt_convert_save "

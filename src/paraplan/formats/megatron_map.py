@@ -181,6 +181,11 @@ def specs_from_megatron(
             train[dest] = bool(v[dest])
     if has("overlap_moe_expert_parallel_comm"):
         train["moe_ep_overlap"] = bool(v["overlap_moe_expert_parallel_comm"])
+    # DeepEP / HybridEP run under the flex dispatcher (`--moe-enable-deepep` is the older switch for it)
+    if v.get("moe_token_dispatcher_type") == "flex" or v.get("moe_enable_deepep"):
+        train["moe_token_dispatcher_type"] = "flex"
+    elif v.get("moe_token_dispatcher_type") == "allgather" and v.get("num_experts"):
+        problems.note(f"{label('moe_token_dispatcher_type')} allgather: projected as the alltoall dispatcher")
     if v.get("grad_reduce_in_bf16"):
         train["grad_reduce_in_fp32"] = False
     if v.get("cp_comm_type") and set(v["cp_comm_type"]) - {"p2p"}:
@@ -453,7 +458,11 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
                 model.moe_first_k_dense, model.moe_layer_freq, model.num_layers
             )
         out["moe_grouped_gemm"] = True
-        out["moe_token_dispatcher_type"] = "alltoall"
+        if train.moe_token_dispatcher_type == "flex":
+            out["moe_token_dispatcher_type"] = "flex"
+            out["moe_flex_dispatcher_backend"] = "deepep"
+        else:
+            out["moe_token_dispatcher_type"] = "alltoall"
     if model.mtp_num_layers:
         out["mtp_num_layers"] = model.mtp_num_layers
     # ---- parallel layout

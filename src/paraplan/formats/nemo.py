@@ -64,7 +64,7 @@ SAME_NAME = frozenset(
         "num_layers_at_end_in_bf16 fp4 fp4_recipe bf16 fp16 tp_comm_overlap overlap_moe_expert_parallel_comm "
         "attention_backend cp_comm_type global_batch_size micro_batch_size use_distributed_optimizer "
         "overlap_grad_reduce overlap_param_gather use_megatron_fsdp data_parallel_sharding_strategy "
-        "cross_entropy_loss_fusion"
+        "cross_entropy_loss_fusion moe_token_dispatcher_type moe_flex_dispatcher_backend"
     ).split()
 )
 # Handled apart from the table above.
@@ -250,7 +250,7 @@ def _to_arguments(s: _Settings) -> tuple[dict[str, Any], str | None]:
     if v.get("fp4") is None:
         off.append("fp4_recipe")
     if v.get("num_moe_experts") is None:
-        off += [*MOE_DETAIL_DESTS, "moe_layer_freq"]
+        off += [*MOE_DETAIL_DESTS, "moe_layer_freq", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"]
     if v.get("recompute_granularity") != "selective":
         off.append("recompute_modules")
     if not v.get("use_megatron_fsdp") and not v.get("use_custom_fsdp"):
@@ -393,8 +393,10 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
             moe_shared_expert_intermediate_size=model.moe_shared_expert_intermediate_size or None,
             moe_layer_freq=format_layer_pattern(model.moe_first_k_dense, model.moe_layer_freq, model.num_layers),
             moe_grouped_gemm=True,
-            moe_token_dispatcher_type="alltoall",
+            moe_token_dispatcher_type=train.moe_token_dispatcher_type,
         )
+        if train.moe_token_dispatcher_type == "flex":
+            m["moe_flex_dispatcher_backend"] = "deepep"
     if model.is_mla:
         m.update(
             multi_latent_attention=True,

@@ -477,6 +477,7 @@ def write_torchtitan(model: ModelSpec, system: SystemSpec, train: TrainingSpec, 
         par["expert_tensor_parallel_degree"] = train.etp
     for flag, what in (
         (train.moe_ep_overlap, "EP communication overlap"),
+        (model.is_moe and train.moe_token_dispatcher_type == "flex", "the flex (DeepEP) MoE token dispatcher"),
         (train.attention_backend == "unfused", "unfused attention"),
     ):
         if flag:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from paraplan.graph.ops import CommKind, CommShape, GemmShape, Op, OpKind, Phase
+from paraplan.graph.ops import CommKind, GemmShape, Op, OpKind, Phase
 
 WEIGHTLESS_GEMMS = frozenset({"attn_scores", "attn_context"})
 FLASH_BACKWARD_FLOPS = 2.5
@@ -56,5 +56,5 @@ def backward_ops(op: Op) -> list[Op]:
     comm = op.comm
     assert comm is not None
     factor = 2.0 if comm.kind is CommKind.SEND_RECV else 1.0  # CP: K/V again plus their gradients
-    mirrored = CommShape(_MIRROR[comm.kind], comm.axis, comm.group_size, comm.bytes * factor)
+    mirrored = replace(comm, kind=_MIRROR[comm.kind], bytes=comm.bytes * factor)
     return [replace(op, phase=Phase.BACKWARD_INPUT, comm=mirrored, bytes_moved=comm.bytes * factor)]

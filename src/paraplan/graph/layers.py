@@ -56,6 +56,7 @@ class Shard:
     flash: bool
     fused: bool = True  # fused memory-bound kernels (TE/Apex/compile), or eager PyTorch (`graph.kernels`)
     fused_loss: bool = True  # fused cross-entropy kernel, or Megatron's eager vocab-parallel one
+    flex_dispatch: bool = False  # MoE tokens sent once per destination rank and node (DeepEP / HybridEP)
 
     @property
     def tokens(self) -> int:
@@ -95,6 +96,7 @@ class Shard:
             flash=train.attention_backend == "flash",
             fused=train.kernel_fusion,
             fused_loss=train.cross_entropy_fusion,
+            flex_dispatch=train.moe_token_dispatcher_type == "flex",
         )
 
 
@@ -139,13 +141,21 @@ def _elementwise(
     )
 
 
-def _comm(name: str, kind: CommKind, axis: CommAxis, group: int, nbytes: float, tags=frozenset()) -> Op:
+def _comm(
+    name: str,
+    kind: CommKind,
+    axis: CommAxis,
+    group: int,
+    nbytes: float,
+    tags=frozenset(),
+    routing: tuple[int, int] | None = None,
+) -> Op:
     return Op(
         name=name,
         kind=OpKind.COMM,
         phase=Phase.FORWARD,
         bytes_moved=nbytes,
-        comm=CommShape(kind=kind, axis=axis, group_size=group, bytes=nbytes),
+        comm=CommShape(kind=kind, axis=axis, group_size=group, bytes=nbytes, routing=routing),
         tags=tags,
     )
 
@@ -399,8 +409,9 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     ops.append(_elementwise(shard, "router_topk", 4 * own_tokens * model.num_experts * 2, tags=MOE, host_ops=20))
     ops.append(_elementwise(shard, "permute", 2 * shard.act_bytes * routed_pairs * h, tags=MOE, host_ops=4))
     dispatch_bytes = shard.act_bytes * routed_pairs * h
+    routing = (model.num_experts, k) if shard.flex_dispatch else None
     if shard.ep > 1:
-        ops.append(_comm("ep_dispatch", CommKind.ALL_TO_ALL, CommAxis.EP, shard.ep, dispatch_bytes, tags=MOE))
+        ops.append(_comm("ep_dispatch", CommKind.ALL_TO_ALL, CommAxis.EP, shard.ep, dispatch_bytes, MOE, routing))
     if shard.etp > 1:
         ops.append(_comm("etp_ag", CommKind.ALL_GATHER, CommAxis.ETP, shard.etp, dispatch_bytes * shard.etp, tags=MOE))
     body = _mlp_body("expert", model, shard, tokens_per_expert, ffn_local, local_experts, MOE)
@@ -428,7 +439,7 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
             )
         )
     if shard.ep > 1:
-        ops.append(_comm("ep_combine", CommKind.ALL_TO_ALL, CommAxis.EP, shard.ep, dispatch_bytes, tags=MOE))
+        ops.append(_comm("ep_combine", CommKind.ALL_TO_ALL, CommAxis.EP, shard.ep, dispatch_bytes, MOE, routing))
     ops.append(
         _elementwise(
             shard, "unpermute", 2 * shard.act_bytes * routed_pairs * h, saved=4 * routed_pairs, tags=MOE, host_ops=4

@@ -69,6 +69,9 @@ class CommShape:
     axis: CommAxis
     group_size: int
     bytes: float  # payload per rank: the full buffer for all-reduce/all-gather output, per-rank for a2a
+    routing: tuple[int, int] | None = None
+    """(experts, top-k) of a token dispatch that sends a token once per destination rank and node (Megatron's
+    flex dispatcher); `bytes` still counts one copy per chosen expert. None: a plain all-to-all."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,13 @@ times the micro-batches in flight, and fixed framework overheads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from paraplan.specs.training import TrainingSpec
+
+if TYPE_CHECKING:
+    from paraplan.graph.layers import Shard
+    from paraplan.specs.model import ModelSpec
 
 GIB = 2**30
 WEIGHT_BYTES = 2  # bf16/fp16 model weights
@@ -20,6 +25,40 @@ ADAM_BYTES = 8  # fp32 Adam m and v
 CUDA_CONTEXT_BYTES = 0.75 * GIB  # CUDA context, cuBLAS/cuDNN workspaces, NCCL (nvidia-smi on an idle job)
 FRAGMENTATION = 0.05  # caching-allocator fragmentation on activations (PyTorch memory stats, typical)
 HEADROOM = 0.03  # margin kept free of the HBM capacity for the FITS verdict
+
+
+# DeepEP's registered buffers (DeepEP csrc/config.hpp `get_nvl_buffer_size_hint`, `get_rdma_buffer_size_hint`, as
+# megatron-core's fused_a2a.get_buffer sizes them): per channel (Megatron `--moe-deepep-num-sms` 20 -> 10 channels),
+# per NVLink peer (at most 8) or per RDMA rank (one per 8 ranks), a receive queue of chunked tokens (288 NVLink
+# tokens past one node, 256 within one; 128 RDMA tokens, doubled) holding the hidden state plus 128 top-k
+# indices (8 B), weights (4 B) and scales (4 B).
+DEEPEP_CHANNELS = 10
+DEEPEP_NVL_PEERS = 8
+DEEPEP_TOKEN_META_BYTES = 128 * (8 + 4 + 4)
+
+
+def deepep_buffer_bytes(hidden_size: int, ep: int) -> float:
+    """Bytes of DeepEP's NVLink and RDMA buffers on one GPU of an EP group of `ep` ranks."""
+    token_bytes = 2 * hidden_size + DEEPEP_TOKEN_META_BYTES  # hidden_bytes: bf16 (at least 2 bytes per element)
+    nvl_tokens = 256 if ep <= DEEPEP_NVL_PEERS else 288
+    nvl = DEEPEP_CHANNELS * min(ep, DEEPEP_NVL_PEERS) * nvl_tokens * token_bytes
+    rdma = 0 if ep <= DEEPEP_NVL_PEERS else DEEPEP_CHANNELS * (ep // DEEPEP_NVL_PEERS) * 128 * 2 * token_bytes
+    return float(nvl + rdma)
+
+
+def comm_buffer_bytes(model: ModelSpec, shard: Shard, train: TrainingSpec) -> float:
+    """The TP all-gather output under SP, and for MoE the all-to-all dispatch buffers (received and permuted
+    tokens) plus, with the flex dispatcher, DeepEP's registered buffers."""
+    h = model.hidden_size
+    buffers = 0.0
+    if shard.sp:
+        buffers += shard.act_bytes * shard.tokens * h  # gathered sequence for the next GEMM
+    if model.is_moe and train.ep > 1:
+        own = shard.tokens // shard.tp if shard.sp else shard.tokens
+        buffers += 2 * shard.act_bytes * own * model.moe_router_topk * h
+        if train.moe_token_dispatcher_type == "flex":
+            buffers += deepep_buffer_bytes(h, train.ep)
+    return buffers
 
 
 @dataclass(frozen=True, slots=True)

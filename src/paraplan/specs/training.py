@@ -11,6 +11,7 @@ from typing import Literal
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev"]
+Dispatcher = Literal["alltoall", "flex"]
 
 PRECISIONS = ("fp16", "bf16", "fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
 """Mixed-precision training: 16-bit activations, GEMMs in the named precision (what the tuner searches)."""
@@ -20,6 +21,7 @@ activations; CPU reference runs, `paraplan.measure.e2e`). fp32 math is costed on
 (`specs.system.PRECISION_PEAK_KEY`): a CPU's spec puts its fp32 matmul rate there."""
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 RECOMPUTES = ("none", "selective", "full")
+DISPATCHERS = ("alltoall", "flex")
 DEEPSPEED_ZERO3_FRAMEWORKS = frozenset({"deepspeed", "megatron-deepspeed"})
 """Frameworks whose ZeRO-3 is DeepSpeed's stage 3: its hooks release parameters after every module forward
 (`refetches_recomputed_params`) and gather them on demand (`gathers_on_demand`)."""
@@ -73,6 +75,10 @@ class TrainingSpec:
     moe_ep_overlap: bool = False
     """Overlap the EP all-to-all with other compute (DualPipe-style, or Megatron's
     `--overlap-moe-expert-parallel-comm`)."""
+    moe_token_dispatcher_type: Dispatcher = "alltoall"
+    """Megatron `--moe-token-dispatcher-type`. `alltoall` sends one copy of a token per chosen expert. `flex`
+    (DeepEP or HybridEP, `--moe-flex-dispatcher-backend`) sends a token once to each rank that holds one of its
+    experts, and across nodes once to each node, which forwards it over NVLink (DeepEP's internode kernels)."""
     precision: str = "bf16"
     """One of TRAINING_PRECISIONS."""
     attention_backend: Literal["flash", "unfused"] = "flash"

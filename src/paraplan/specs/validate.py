@@ -8,7 +8,7 @@ from paraplan.errors import ConfigError
 from paraplan.sim.schedules import stage_order, validate_schedule
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.training import RECOMPUTES, TRAINING_PRECISIONS, TrainingSpec
+from paraplan.specs.training import DISPATCHERS, RECOMPUTES, TRAINING_PRECISIONS, TrainingSpec
 
 
 def resolve_dp(train: TrainingSpec, system: SystemSpec) -> TrainingSpec:
@@ -62,6 +62,10 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"precision {train.precision} needs a Blackwell-class GPU (got {system.gpu.name})")
     if train.recompute_granularity not in RECOMPUTES:
         p.append(f"unknown recompute '{train.recompute_granularity}': choose one of {', '.join(RECOMPUTES)}")
+    if train.moe_token_dispatcher_type not in DISPATCHERS:
+        p.append(
+            f"unknown MoE token dispatcher '{train.moe_token_dispatcher_type}': choose one of {', '.join(DISPATCHERS)}"
+        )
     schedule_problems = validate_schedule(schedule, pp, vpp, m)  # the schedules' own rules
     p += schedule_problems
     if schedule_problems:

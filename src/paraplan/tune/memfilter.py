@@ -21,7 +21,7 @@ from paraplan.cost.block import gathered_params, weight_params
 from paraplan.graph import layers as L
 from paraplan.graph.ops import OpKind
 from paraplan.graph.partition import virtual_stages
-from paraplan.memory.model import CUDA_CONTEXT_BYTES, FRAGMENTATION, HEADROOM, state_bytes
+from paraplan.memory.model import CUDA_CONTEXT_BYTES, FRAGMENTATION, HEADROOM, comm_buffer_bytes, state_bytes
 from paraplan.sim.plan import build_plan
 from paraplan.sim.schedules import chunk_model_stage, chunks_per_rank
 from paraplan.specs.model import ModelSpec
@@ -85,16 +85,6 @@ def _moe_prefix(model: ModelSpec) -> tuple[int, ...]:
     for i in range(model.num_layers):
         out.append(out[-1] + int(model.is_moe_layer(i)))
     return tuple(out)
-
-
-def _comm_buffer_bytes(model: ModelSpec, shard: L.Shard, train: TrainingSpec) -> float:
-    """Gathered sequence under SP; MoE all-to-all dispatch buffers."""
-    h = model.hidden_size
-    buffers = L.ACT_BYTES * shard.tokens * h if shard.sp else 0.0
-    if model.is_moe and train.ep > 1:
-        own = shard.tokens // shard.tp if shard.sp else shard.tokens
-        buffers += 2 * L.ACT_BYTES * own * model.moe_router_topk * h
-    return buffers
 
 
 Chunk = tuple[int, int, bool]
@@ -190,7 +180,7 @@ class GroupMemory:
             parts = state_bytes(params[0], params[1], train, edp, gathered_params=gathered)
             states[params] = sum(parts.values())
         self.state_bytes = np.array([states[params] for params in rank_params])
-        self.fixed_bytes = _comm_buffer_bytes(model, shard, train) + CUDA_CONTEXT_BYTES
+        self.fixed_bytes = comm_buffer_bytes(model, shard, train) + CUDA_CONTEXT_BYTES
 
     def _chunk_saved(self, chunk: Chunk, mode: str, full_layers: int | None) -> tuple[float, float]:
         """(saved bytes of one micro-batch through this chunk, largest layer working set when recomputing)."""

@@ -63,6 +63,8 @@ def paraplan_command(problem: TuneProblem, num_gpus: int, t: TrainingSpec) -> st
         args.append("--no-kernel-fusion")
     if t.cross_entropy_fusion:
         args.append("--cross-entropy-fusion")
+    if problem.model.is_moe and t.moe_token_dispatcher_type != TrainingSpec().moe_token_dispatcher_type:
+        args.append(f"--moe-dispatcher {t.moe_token_dispatcher_type}")
     return " ".join(args)
 
 
@@ -103,6 +105,8 @@ def megatron_args(problem: TuneProblem, t: TrainingSpec) -> str:
         args.append("--tp-comm-overlap")
     if t.moe_ep_overlap:
         args.append("--overlap-moe-expert-parallel-comm")
+    if problem.model.is_moe and t.moe_token_dispatcher_type == "flex":
+        args.append("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep")
     if t.cross_entropy_fusion:
         args.append("--cross-entropy-loss-fusion")
     if t.account_for_embedding_in_pipeline_split:

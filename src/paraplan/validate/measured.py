@@ -61,6 +61,11 @@ FRAMEWORK_DEFAULTS: dict[str, dict[str, object]] = {
         # scripts/performance/helpers.py `set_precision_configs`: `grad_reduce_in_fp32 = False` for every
         # compute dtype); the 24.07 rows' launcher configurations are not in the released packages: the same
         "grad_reduce_in_fp32": False,
+        # MoE tokens: the alltoall dispatcher (TrainingSpec's default). megatron-bridge 0.3.1's recipes name DeepEP
+        # for Qwen3 MoE and HybridEP for DeepSeek-V3 (`moe_flex_dispatcher_backend`, applied on the GPUs that
+        # `apply_flex_dispatcher_backend` allows), but the performance scripts behind the 25.11 rows are not
+        # released. Run with the flex dispatcher, those 9 rows refitted to 5.51% source-balanced (5.54%) yet
+        # 8.9% held out (8.59%; Megatron-Bridge 15.0% from 13.9%, NeMo 6.6% from 5.2%), so they keep alltoall.
     },
     # DeepSpeed: gradients are reduced in the training dtype under fp16 (config `fp32_allreduce`, off by default;
     # `communication_data_type` follows the regime). Megatron-LM rows with ZeRO-3 (SC21 Table 2) switch to this
