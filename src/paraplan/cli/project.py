@@ -34,6 +34,7 @@ from paraplan.errors import ConfigError
 from paraplan.memory.model import GIB
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.result import Projection
+from paraplan.validate.evidence import evidence_for
 
 Opt = typer.Option
 
@@ -261,8 +262,9 @@ def _fmt_s(seconds: float) -> str:
 
 
 def _print_projection(result: Projection, as_json: bool) -> None:
+    evidence = evidence_for(result.system.gpu.name)
     if as_json:
-        print(json.dumps(result.to_dict(), default=float))
+        print(json.dumps({**result.to_dict(), "validation": evidence.to_dict()}, default=float))
         return
     t = result.train
     head = Table(title=f"{result.model.name} on {result.system.num_gpus} x {result.system.gpu.name}", show_header=False)
@@ -279,6 +281,7 @@ def _print_projection(result: Projection, as_json: bool) -> None:
     mem = result.memory
     verdict = "[green]FITS[/]" if mem.fits else "[red]OOM[/]"
     head.add_row("memory (peak GPU)", f"{mem.peak_gib:,.2f} GiB of {mem.usable_bytes / GIB:,.1f} usable: {verdict}")
+    head.add_row(f"measured-run error ({evidence.family})", evidence.line())
     console.print(head)
     parts = Table(title="where the step time goes (critical pipeline rank)")
     parts.add_column("part")

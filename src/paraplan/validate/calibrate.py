@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
@@ -214,6 +214,7 @@ class CrossValidation:
     held_out: dict[str, float]  # source -> MAPE when that source was left out of the fit
     fitted: dict[str, float]  # source -> MAPE with the fit on all sources
     final: FitResult
+    scope: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # source -> its GPU families, frameworks
 
     @property
     def held_out_mape_pct(self) -> float:
@@ -222,6 +223,17 @@ class CrossValidation:
     @property
     def fitted_mape_pct(self) -> float:
         return sum(self.fitted.values()) / len(self.fitted)
+
+
+def source_scope(rows: list[dict[str, str]]) -> dict[str, dict[str, list[str]]]:
+    """Per source, the GPU families and frameworks of its projectable rows: which projections its error speaks
+    for (`paraplan.validate.evidence`)."""
+    scope: dict[str, dict[str, set[str]]] = defaultdict(lambda: {"families": set(), "frameworks": set()})
+    for row in _complete(rows):
+        run = run_from_row(row)
+        scope[run.source]["families"].add(family_of(run.system.gpu.name))
+        scope[run.source]["frameworks"].add(run.train.framework)
+    return {source: {k: sorted(v) for k, v in parts.items()} for source, parts in sorted(scope.items())}
 
 
 def _held_out_error(args: tuple[list[dict[str, str]], str, int]) -> tuple[str, float]:
@@ -248,7 +260,7 @@ def leave_one_source_out(rows: list[dict[str, str]], max_evaluations: int = 400,
     final = fit(subsample(rows), max_evaluations)
     full = validate_rows(rows, projector=_projector(final.table))
     fitted_per_source = {k: v["mape_pct"] for k, v in full.per_source().items()}
-    return CrossValidation(held_out, fitted_per_source, final)
+    return CrossValidation(held_out, fitted_per_source, final, source_scope(rows))
 
 
 def provenance_table(cv: CrossValidation, data_name: str) -> dict[str, Any]:
@@ -261,4 +273,5 @@ def provenance_table(cv: CrossValidation, data_name: str) -> dict[str, Any]:
     )
     table["held_out_mape_pct"] = {k: round(v, 2) for k, v in cv.held_out.items()}
     table["fitted_mape_pct"] = {k: round(v, 2) for k, v in cv.fitted.items()}
+    table["source_scope"] = cv.scope
     return table
