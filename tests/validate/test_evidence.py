@@ -44,3 +44,12 @@ def test_project_prints_and_serialises_the_evidence() -> None:
     data = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
     assert "Korthikanti2022_Table5" in data["validation"]["sources"]
     assert data["validation"]["gpu_family"] == "ampere"
+
+
+def test_tune_prints_the_evidence_for_its_gpu() -> None:
+    args = ["tune", "--model", "llama3.1-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--gbs", "64", "--seq", "2048"]
+    result = CliRunner().invoke(
+        app, [*args, "--budget", "20", "--top", "1", "--executor", "serial"], terminal_width=300
+    )
+    assert result.exit_code == 0, result.output
+    assert "measured-run error (hopper): MegatronBridge_perf_summary_25.11" in result.output

@@ -34,6 +34,7 @@ from paraplan.tune.proposer import LLMConfig
 from paraplan.tune.reproduce import megatron_args, paraplan_command, training_of
 from paraplan.tune.space import SearchSpace, SpaceLimits, parse_constraints
 from paraplan.tune.tuner import ProgressUpdate, TuneOptions, TuneResult, rank, tune
+from paraplan.validate.evidence import evidence_for
 
 Opt = typer.Option
 TIE_TOLERANCE = 1e-6
@@ -393,6 +394,8 @@ def print_result(result: TuneResult, explanation: Explanation | None) -> None:
         f"{result.dominated:,} dominated",
         highlight=False,
     )
+    evidence = evidence_for(problem.systems[0].gpu.name)
+    console.print(f"measured-run error ({evidence.family}): {evidence.line()}", highlight=False, soft_wrap=True)
     for note in result.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
 
