@@ -55,8 +55,8 @@ def _flex_dispatch_bytes(nbytes: float, routing: tuple[int, int], group: GroupPl
     """(NVLink, network) bytes one rank sends in a deduplicating token dispatch (DeepEP, HybridEP): one copy of a
     token per destination rank in its node; across nodes one copy per destination node, sent over RDMA to the
     GPU of the same local index there, which forwards it over NVLink (deepseek-ai/DeepEP README, 2025: the
-    internode "normal" kernels). Averaged over ranks, each GPU forwards what it receives, so NVLink carries a node's share for
-    every node. `nbytes` counts one copy per chosen expert (the alltoall dispatcher's volume)."""
+    internode "normal" kernels). Averaged over ranks, each GPU forwards what it receives, so NVLink carries a
+    node's share for every node. `nbytes` counts one copy per chosen expert (the alltoall dispatcher's volume)."""
     experts, topk = routing
     n, k, nodes = group.size, group.per_node, group.nodes
     token_bytes = nbytes / topk
