@@ -32,7 +32,7 @@ def test_a_family_without_measured_runs_says_so() -> None:
     assert line.startswith("no measured cdna3 runs; all sources")
 
 
-def test_the_shipped_scope_is_the_data_s(public_csv) -> None:
+def test_the_shipped_scope_matches_the_data(public_csv) -> None:
     assert fitted_table()["source_scope"] == source_scope(read_rows(public_csv))
 
 

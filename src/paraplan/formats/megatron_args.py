@@ -48,7 +48,6 @@ RELEVANT: tuple[Arg, ...] = (
     _a("tp_comm_overlap", "switch"),
     _a("overlap_moe_expert_parallel_comm", "switch"),
     _a("moe_token_dispatcher_type", "str", choices=("allgather", "alltoall", "flex")),
-    _a("moe_flex_dispatcher_backend", "str", choices=("deepep", "hybridep")),
     _a("moe_enable_deepep", "switch"),
     _a("use_torch_fsdp2", "switch"),
     _a("use_megatron_fsdp", "switch"),
@@ -203,7 +202,7 @@ _IGNORED_VALUED = (
     "moe_router_load_balancing_type moe_aux_loss_coeff moe_z_loss_coeff moe_input_jitter_eps "
     "moe_router_dtype moe_router_topk_scaling_factor moe_router_score_function "
     "moe_router_bias_update_rate moe_router_num_groups moe_router_group_topk moe_token_drop_policy "
-    "mtp_loss_scaling_factor empty_unused_memory_level local_rank "
+    "moe_flex_dispatcher_backend mtp_loss_scaling_factor empty_unused_memory_level local_rank "
     "microbatch_group_size_per_virtual_pipeline_stage check_weight_hash_across_dp_replicas_interval "
     "tokenizer_prompt_format data_args_path per_split_data_args_path mid_level_dataset_surplus "
     "object_storage_cache_path tp_comm_bootstrap_backend ckpt_convert_format ckpt_convert_save "

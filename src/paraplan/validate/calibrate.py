@@ -17,6 +17,7 @@ from datetime import date
 from typing import Any
 
 from paraplan.cost.calibration import Calibration, calibration_for, family_of
+from paraplan.errors import ConfigError
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.validate.measured import MeasuredRun, run_from_row
 from paraplan.validate.report import validate_rows
@@ -229,8 +230,11 @@ def source_scope(rows: list[dict[str, str]]) -> dict[str, dict[str, list[str]]]:
     """Per source, the GPU families and frameworks of its projectable rows: which projections its error speaks
     for (`paraplan.validate.evidence`)."""
     scope: dict[str, dict[str, set[str]]] = defaultdict(lambda: {"families": set(), "frameworks": set()})
-    for row in _complete(rows):
-        run = run_from_row(row)
+    for row in rows:
+        try:
+            run = run_from_row(row)
+        except ConfigError:  # a row its source leaves incomplete speaks for nothing
+            continue
         scope[run.source]["families"].add(family_of(run.system.gpu.name))
         scope[run.source]["frameworks"].add(run.train.framework)
     return {source: {k: sorted(v) for k, v in parts.items()} for source, parts in sorted(scope.items())}
