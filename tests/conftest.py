@@ -6,6 +6,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PARAPLAN_SHARED", REPO.parent / "shared"))
 PUBLIC_CSV = SHARED / "data" / "measured" / "public.csv"
+KERNEL_SAMPLES = SHARED / "data" / "kernel-samples"
 
 
 @pytest.fixture
@@ -13,3 +14,10 @@ def public_csv() -> Path:
     if not PUBLIC_CSV.exists():
         pytest.skip(f"measured data not found at {PUBLIC_CSV}")
     return PUBLIC_CSV
+
+
+@pytest.fixture
+def kernel_samples() -> Path:
+    if not (KERNEL_SAMPLES / "Perlmutter").is_dir():
+        pytest.skip(f"kernel samples not found at {KERNEL_SAMPLES} (set PARAPLAN_SHARED)")
+    return KERNEL_SAMPLES

@@ -1,23 +1,9 @@
-"""Shared fixtures for the measure tests: the kernel samples (skipped when absent) and a CLI app."""
+"""Shared fixtures for the measure tests: a CLI app (the kernel samples fixture is in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 import typer
-
-REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("PARAPLAN_SHARED", REPO.parent / "shared"))
-KERNEL_SAMPLES = SHARED / "data" / "kernel-samples"
-
-
-@pytest.fixture
-def kernel_samples() -> Path:
-    if not (KERNEL_SAMPLES / "Perlmutter").is_dir():
-        pytest.skip(f"kernel samples not found at {KERNEL_SAMPLES} (set PARAPLAN_SHARED)")
-    return KERNEL_SAMPLES
 
 
 @pytest.fixture

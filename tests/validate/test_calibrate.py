@@ -51,11 +51,12 @@ def test_an_unseen_family_takes_its_software_neighbours_fit_only() -> None:
 
 def test_fit_lowers_training_error_and_scores_held_out(public_csv) -> None:
     rows = read_rows(public_csv)
-    train = subsample([r for r in rows if r["source"] in ("Korthikanti2022_Table5", "Narayanan2021_SC21_Table1")], 8)
+    # vTrain's single-node runs are host-bound enough to pin Megatron-DeepSpeed's constants
+    train = subsample([r for r in rows if r["source"] in ("Korthikanti2022_Table5", "vTrain_MICRO24_single")], 8)
     before = validate_rows(train, projector=_projector({})).mape_pct
     result = fit(train, max_evaluations=40)
     assert result.train_mape_pct <= before + 1e-9
-    assert "ampere" in result.table["family"] and "megatron-lm" in result.table["framework"]
+    assert "ampere" in result.table["family"] and "megatron-deepspeed" in result.table["framework"]
     held_out = [r for r in rows if r["source"] == "vTrain_MICRO24_multi"][:10]
     report = validate_rows(held_out, projector=_projector(result.table))
     assert len(report.rows) == 10 and report.mape_pct == report.mape_pct  # a number, not NaN

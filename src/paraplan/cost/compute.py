@@ -18,8 +18,16 @@ FP4 = frozenset({"nvfp4"})
 # CUTLASS/cuBLAS output tile used for wave quantisation (128x256 on Hopper/Blackwell, 128x128 before).
 _TILE_BIG = (128, 256)
 _TILE_SMALL = (128, 128)
-# Inner dimension at which a GEMM reaches half its asymptotic efficiency (pipelining of the K loop).
-_K_HALF = 96.0
+# Inner dimension at which a GEMM reaches half its asymptotic efficiency: each output tile's epilogue (the store
+# of its results) does not overlap its K loop, so a short K loop leaves the tensor cores idle for a fixed time per
+# tile. Fitted on the fp16 GEMM samples of ../shared/data/kernel-samples (the attention score and context batched
+# GEMMs, k = head dim or sequence, and the QKV and MLP linears), one value for A100 and GH200: 96 left the score
+# GEMM (k = head dim) 1.6x faster than measured relative to the linears; 192 brings the spread of the per-kernel
+# median log-ratios from 0.47 to 0.17 on A100 and from 0.16 to 0.08 on GH200 (tests/cost/test_gemm_samples.py).
+_K_HALF = 192.0
+# The inner dimension at which the efficiencies hold as given: the calibrated and default GEMM efficiencies are those
+# of a large GEMM (the 8192-cubed size cuBLAS throughput figures quote); shorter K loops run slower, longer faster.
+_K_REF = 8192.0
 # FlashAttention reaches half its peak efficiency at about this many keys per query block (FA2 paper
 # figures: throughput saturates from ~2k tokens).
 _ATTN_SEQ_HALF = 384.0
@@ -38,7 +46,7 @@ def _wave_efficiency(shape: GemmShape, gpu: GpuSpec) -> float:
 def gemm_efficiency(shape: GemmShape, gpu: GpuSpec, precision: str, cal: Calibration) -> float:
     base = cal.fp8_gemm_efficiency if precision in FP8 | FP4 else cal.gemm_efficiency
     k_factor = shape.k / (shape.k + _K_HALF)
-    return base * _wave_efficiency(shape, gpu) * k_factor / (1000.0 / (1000.0 + _K_HALF))
+    return base * _wave_efficiency(shape, gpu) * k_factor / (_K_REF / (_K_REF + _K_HALF))
 
 
 def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
