@@ -46,6 +46,8 @@ def _shapes(kernel: str, row: dict[str, str]) -> GemmShape:
 def test_gemm_model_tracks_the_samples_across_kernel_shapes(system: str, kernel_samples: Path) -> None:
     prefix, preset = SYSTEMS[system]
     folder = kernel_samples / system / "operator"
+    if not folder.is_dir():
+        pytest.skip(f"no {system} samples at {folder}")
     gpu = system_preset(preset, 1).gpu
     cal = calibration_for(preset, "megatron-lm")
     medians = {}
