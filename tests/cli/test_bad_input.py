@@ -103,6 +103,8 @@ def test_bad_csv_for_validate(tmp_path: Path) -> None:
     csv.write_text("a,b\n1,2\n")
     assert_bad(run(["validate", "--data", str(csv)]), "missing columns")
     assert_bad(run(["validate", "--data", str(tmp_path / "nope.csv")]), "not found")
+    # an unknown grouping is refused before any row is read (it grouped every row under "?" before)
+    assert_bad(run(["validate", "--data", str(csv), "--by", "gpus"]), "--by must be one of source, gpu", "'gpus'")
 
 
 def test_console_script_exit_code() -> None:

@@ -12,7 +12,7 @@ from rich.table import Table
 from paraplan.cli import reports
 from paraplan.cli.common import console, handle_errors
 from paraplan.validate.measured import read_rows
-from paraplan.validate.report import ValidationReport, profile_projector, validate_rows
+from paraplan.validate.report import ValidationReport, check_attribute, profile_projector, validate_rows
 
 
 def validate(
@@ -28,7 +28,7 @@ def validate(
         str | None,
         typer.Option(
             "--by",
-            help="error analysis: group by gpu, arch, model_family, precision, framework, layout, "
+            help="error analysis: group by source, gpu, arch, model_family, precision, framework, layout, "
             "recompute, sharding, scale or memory (whether the projected peak fits the GPU)",
         ),
     ] = None,
@@ -37,6 +37,8 @@ def validate(
 ) -> None:
     """Project every complete row and compare with the measured value in the row's own metric."""
     reports.check(html, png)
+    if by:
+        check_attribute(by)  # before the projections: a typo costs no wait
     rows = read_rows(data)
     projector = profile_projector(profile) if profile else None
     result = validate_rows(rows, source, projector)

@@ -81,8 +81,8 @@ class ValidationReport:
         return gaps
 
     def mape_by(self, attribute: str) -> dict[str, dict[str, float]]:
-        """MAPE and mean signed error grouped by an attribute (gpu, arch, precision, framework, layout,
-        scale, source): where the model is wrong."""
+        """MAPE and mean signed error grouped by an attribute (`ERROR_ATTRIBUTES`): where the model is wrong."""
+        check_attribute(attribute)
         groups: dict[str, list[float]] = defaultdict(list)
         for r in self.rows:
             key = r.source if attribute == "source" else dict(r.attrs).get(attribute, "?")
@@ -111,6 +111,18 @@ class ValidationReport:
             "row_mape_pct": self.row_mape_pct,
             "kendall_tau": self.kendall_tau(),
         }
+
+
+# What `ValidationReport.mape_by` can group rows by: their source, or an attribute of `_attributes`.
+ERROR_ATTRIBUTES = (
+    "source", "gpu", "arch", "model_family", "precision", "framework", "layout", "recompute", "sharding", "scale",
+    "memory",
+)  # fmt: skip
+
+
+def check_attribute(attribute: str) -> None:
+    if attribute not in ERROR_ATTRIBUTES:
+        raise ConfigError(f"--by must be one of {', '.join(ERROR_ATTRIBUTES)} (got '{attribute}')")
 
 
 def kendall_within_groups(rows: Iterable[RowResult], fixed_batch: bool = False) -> float:
