@@ -44,6 +44,8 @@ def assert_bad(result, *fragments: str) -> list[str]:
         (["--gpus", "8", "--gbs", "8", "--schedule", "zigzag"], "pipeline schedule 'zigzag' is unknown"),
         (["--gpus", "8", "--gbs", "8", "--ep", "2"], "needs an MoE model"),
         (["--gpus", "8", "--gbs", "8", "--moe-dispatcher", "deepep"], "unknown MoE token dispatcher 'deepep'"),
+        (["--gpus", "8", "--gbs", "8", "--attention-backend", "sdpa"], "unknown attention backend 'sdpa'"),
+        (["--gpus", "8", "--gbs", "8", "--framework", "megatron"], "unknown framework 'megatron'"),
     ],
 )
 def test_layout_rules(extra: list[str], fragment: str) -> None:
@@ -117,3 +119,10 @@ def test_console_script_exit_code() -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "attention heads 32 must be divisible by tp 3" in proc.stderr
+
+
+def test_validate_names_an_unknown_source_and_a_missing_profile(public_csv: Path) -> None:
+    """Both used to pass with exit 0: an empty table, or every row skipped for the missing profile."""
+    assert_bad(run(["validate", "--data", str(public_csv), "--source", "vTrain"]), "no rows of source 'vTrain'")
+    missing = ["validate", "--data", str(public_csv), "--source", "Korthikanti2022_Table5", "--profile", "/no.json"]
+    assert_bad(run(missing), "profile not found: /no.json")

@@ -85,7 +85,8 @@ def _projection_command(
         bool | None, Opt("--account-for-loss-in-pipeline-split/--no-account-for-loss-in-pipeline-split")
     ] = None,
     framework: Annotated[
-        str | None, Opt("--framework", help="megatron-lm nemo-megatron megatron-deepspeed llm-foundry")
+        str | None,
+        Opt("--framework", help="megatron-lm nemo-megatron megatron-deepspeed deepspeed llm-foundry torchtitan"),
     ] = None,
     config_file: Annotated[str | None, Opt("--config", help="YAML file of training settings")] = None,
     # --- model fields

@@ -22,6 +22,13 @@ activations; CPU reference runs, `paraplan.measure.e2e`). fp32 math is costed on
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 RECOMPUTES = ("none", "selective", "full")
 DISPATCHERS = ("alltoall", "flex")
+ATTENTION_BACKENDS = ("flash", "unfused")
+# Frameworks whose runtime behaviour the projection knows (calibration sections, defaults, ZeRO-3 semantics):
+# the four of the measured runs, DeepSpeed (ZeRO-3 runs of Megatron-LM papers), torchtitan (`paraplan formats`)
+# and eager PyTorch on CPU (the hybrid end-to-end check, `paraplan.measure.e2e`).
+FRAMEWORKS = (
+    "megatron-lm", "nemo-megatron", "megatron-deepspeed", "deepspeed", "llm-foundry", "torchtitan", "pytorch-cpu",
+)  # fmt: skip
 DEEPSPEED_ZERO3_FRAMEWORKS = frozenset({"deepspeed", "megatron-deepspeed"})
 """Frameworks whose ZeRO-3 is DeepSpeed's stage 3: its hooks release parameters after every module forward
 (`refetches_recomputed_params`) and gather them on demand (`gathers_on_demand`)."""

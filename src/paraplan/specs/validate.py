@@ -8,7 +8,14 @@ from paraplan.errors import ConfigError
 from paraplan.sim.schedules import stage_order, validate_schedule
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.training import DISPATCHERS, RECOMPUTES, TRAINING_PRECISIONS, TrainingSpec
+from paraplan.specs.training import (
+    ATTENTION_BACKENDS,
+    DISPATCHERS,
+    FRAMEWORKS,
+    RECOMPUTES,
+    TRAINING_PRECISIONS,
+    TrainingSpec,
+)
 
 
 def resolve_dp(train: TrainingSpec, system: SystemSpec) -> TrainingSpec:
@@ -62,6 +69,11 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"precision {train.precision} needs a Blackwell-class GPU (got {system.gpu.name})")
     if train.recompute_granularity not in RECOMPUTES:
         p.append(f"unknown recompute '{train.recompute_granularity}': choose one of {', '.join(RECOMPUTES)}")
+    if train.attention_backend not in ATTENTION_BACKENDS:
+        choices = ", ".join(ATTENTION_BACKENDS)
+        p.append(f"unknown attention backend '{train.attention_backend}': choose one of {choices}")
+    if train.framework not in FRAMEWORKS:
+        p.append(f"unknown framework '{train.framework}': choose one of {', '.join(FRAMEWORKS)}")
     if train.moe_token_dispatcher_type not in DISPATCHERS:
         p.append(
             f"unknown MoE token dispatcher '{train.moe_token_dispatcher_type}': choose one of {', '.join(DISPATCHERS)}"

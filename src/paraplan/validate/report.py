@@ -159,6 +159,9 @@ def profile_projector(profile: str) -> Projector:
     from paraplan.cost.profile import shipped_profile
     from paraplan.cost.profiled import timer_for
 
+    if profile != "auto":
+        timer_for(profile, "")  # a missing or malformed file is one error now, not a skipped row each
+
     def run(m: MeasuredRun) -> Projection:
         gpu = m.system.gpu.name
         timer = None
@@ -214,6 +217,9 @@ def validate_rows(
     rows: list[dict[str, str]], source: str | None = None, projector: Projector | None = None
 ) -> ValidationReport:
     projector = projector or default_projector()
+    if source and not any(row.get("source") == source for row in rows):
+        known = sorted({row.get("source", "") for row in rows} - {""})
+        raise ConfigError(f"no rows of source '{source}'; the data has: {', '.join(known)}")
     results: list[RowResult] = []
     skipped: list[tuple[str, str]] = []
     for row in rows:
