@@ -61,6 +61,11 @@ def test_bad_input_is_one_line_per_problem_and_exit_2() -> None:
     assert result.exit_code == 2 and "Traceback" not in result.output
     result = runner.invoke(app, [*BASE, "--gpus", "eight"])
     assert result.exit_code == 2
+    # an unknown framework or attention backend made every candidate illegal: "no configuration fits", exit 0
+    result = runner.invoke(app, [*BASE, "--framework", "megatron", "--attention-backend", "sdpa"])
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 2, result.output
+    assert "unknown framework 'megatron'" in result.output and "unknown attention backend 'sdpa'" in result.output
 
 
 def test_ray_missing_is_a_clear_message(monkeypatch) -> None:

@@ -27,6 +27,7 @@ from paraplan.errors import ConfigError
 from paraplan.projection import project_specs
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
+from paraplan.specs.validate import setting_problems
 from paraplan.tune.candidate import Candidate, TuneProblem
 from paraplan.tune.evaluate import Evaluation
 from paraplan.tune.explain import Explanation, explain
@@ -192,6 +193,8 @@ def tune_command(
         cross_entropy_fusion=cross_entropy_fusion,
         moe_token_dispatcher_type=moe_dispatcher,
     )
+    if setting_problems(base):  # else every candidate is illegal and the search finds "nothing fits"
+        raise ConfigError(setting_problems(base))
     problem = TuneProblem(model_spec, systems, gbs, seq, base, model_ref=model or "", gpu_ref=gpu or "")
     fixes = list(fix or [])
     allowed_precisions = _precisions(precision, systems[0])

@@ -27,6 +27,23 @@ def resolve_dp(train: TrainingSpec, system: SystemSpec) -> TrainingSpec:
     return replace(train, data_parallel_size=max(dp, 1) if system.num_gpus % max(model_parallel, 1) == 0 else dp)
 
 
+def setting_problems(train: TrainingSpec) -> list[str]:
+    """Named settings that must be one of a known set (whatever the layout): one line per unknown value."""
+    p: list[str] = []
+    if train.recompute_granularity not in RECOMPUTES:
+        p.append(f"unknown recompute '{train.recompute_granularity}': choose one of {', '.join(RECOMPUTES)}")
+    if train.attention_backend not in ATTENTION_BACKENDS:
+        choices = ", ".join(ATTENTION_BACKENDS)
+        p.append(f"unknown attention backend '{train.attention_backend}': choose one of {choices}")
+    if train.framework not in FRAMEWORKS:
+        p.append(f"unknown framework '{train.framework}': choose one of {', '.join(FRAMEWORKS)}")
+    if train.moe_token_dispatcher_type not in DISPATCHERS:
+        p.append(
+            f"unknown MoE token dispatcher '{train.moe_token_dispatcher_type}': choose one of {', '.join(DISPATCHERS)}"
+        )
+    return p
+
+
 def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -> list[str]:
     """Return one line per violated rule, naming the rule and the numbers."""
     p: list[str] = []
@@ -67,17 +84,7 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"precision {train.precision} is not supported by {system.gpu.name} (no tensor-core peak for it)")
     elif train.precision in ("mxfp8", "nvfp4") and system.gpu.fp4_tflops <= 0:
         p.append(f"precision {train.precision} needs a Blackwell-class GPU (got {system.gpu.name})")
-    if train.recompute_granularity not in RECOMPUTES:
-        p.append(f"unknown recompute '{train.recompute_granularity}': choose one of {', '.join(RECOMPUTES)}")
-    if train.attention_backend not in ATTENTION_BACKENDS:
-        choices = ", ".join(ATTENTION_BACKENDS)
-        p.append(f"unknown attention backend '{train.attention_backend}': choose one of {choices}")
-    if train.framework not in FRAMEWORKS:
-        p.append(f"unknown framework '{train.framework}': choose one of {', '.join(FRAMEWORKS)}")
-    if train.moe_token_dispatcher_type not in DISPATCHERS:
-        p.append(
-            f"unknown MoE token dispatcher '{train.moe_token_dispatcher_type}': choose one of {', '.join(DISPATCHERS)}"
-        )
+    p += setting_problems(train)
     schedule_problems = validate_schedule(schedule, pp, vpp, m)  # the schedules' own rules
     p += schedule_problems
     if schedule_problems:
