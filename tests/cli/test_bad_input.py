@@ -126,3 +126,11 @@ def test_validate_names_an_unknown_source_and_a_missing_profile(public_csv: Path
     assert_bad(run(["validate", "--data", str(public_csv), "--source", "vTrain"]), "no rows of source 'vTrain'")
     missing = ["validate", "--data", str(public_csv), "--source", "Korthikanti2022_Table5", "--profile", "/no.json"]
     assert_bad(run(missing), "profile not found: /no.json")
+
+
+def test_calibrate_checks_its_options_before_fitting(public_csv: Path, tmp_path: Path) -> None:
+    """--max-evaluations 0 ended in scipy's traceback; --workers 0 ran; a bad --out failed after the fit."""
+    args = ["calibrate", "--data", str(public_csv), "--max-evaluations", "0", "--workers", "0"]
+    args += ["--out", str(tmp_path / "no" / "cal.yaml")]
+    lines = assert_bad(run(args), "--max-evaluations must be >= 1 (got 0)", "--workers must be >= 1 (got 0)", "--out")
+    assert len(lines) == 3

@@ -23,6 +23,15 @@ def calibrate(
 ) -> None:
     """Fit GEMM/attention efficiency per GPU family and host/step overheads per framework; print the
     fitted and the leave-one-source-out (held-out) error per source."""
+    problems = []  # checked before a fit that takes minutes, not after
+    if max_evaluations < 1:
+        problems.append(f"--max-evaluations must be >= 1 (got {max_evaluations})")
+    if workers < 1:
+        problems.append(f"--workers must be >= 1 (got {workers})")
+    if out and not Path(out).resolve().parent.is_dir():
+        problems.append(f"--out {out}: its folder does not exist")
+    if problems:
+        raise ConfigError(problems)
     try:
         from paraplan.validate.calibrate import fit, leave_one_source_out, provenance_table, subsample
     except ImportError as exc:  # scipy comes with the [fit] extra
