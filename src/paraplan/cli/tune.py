@@ -193,8 +193,9 @@ def tune_command(
         cross_entropy_fusion=cross_entropy_fusion,
         moe_token_dispatcher_type=moe_dispatcher,
     )
-    if setting_problems(base):  # else every candidate is illegal and the search finds "nothing fits"
-        raise ConfigError(setting_problems(base))
+    base_problems = setting_problems(base)  # else every candidate is illegal and the search finds "nothing fits"
+    if base_problems:
+        raise ConfigError(base_problems)
     problem = TuneProblem(model_spec, systems, gbs, seq, base, model_ref=model or "", gpu_ref=gpu or "")
     fixes = list(fix or [])
     allowed_precisions = _precisions(precision, systems[0])

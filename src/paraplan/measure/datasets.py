@@ -53,8 +53,10 @@ def work(kind: str, features: np.ndarray) -> np.ndarray:
 
 # Fields skipped on purpose, with the reason reported by `paraplan fit`.
 SKIPPED_OPS = {
-    "baddbmm": "unfused attention internals; paraplan costs attention as one fused kernel",
-    "bmm": "unfused attention internals; paraplan costs attention as one fused kernel",
+    # batched over batch x heads; the GEMM regressors' features (m, n, k) have no batch count. The analytic model's
+    # short-K penalty is fitted on them instead (`cost.compute._K_HALF`, tests/cost/test_gemm_samples.py).
+    "baddbmm": "unfused attention's batched score GEMM; the GEMM regressors have no batch count",
+    "bmm": "unfused attention's batched context GEMM; the GEMM regressors have no batch count",
     "fillmask": "unfused attention internals; paraplan costs attention as one fused kernel",
     "ScaledUpperTriangMaskedSoftmax": "unfused attention internals; paraplan costs attention as one fused kernel",
     "optimizer": "undocumented layout ('dur' without unit), times inconsistent with the stage optimizer files",
