@@ -7,7 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from paraplan.cli.main import app
-from paraplan.validate.measured import read_rows
+from paraplan.errors import ConfigError
+from paraplan.validate.measured import read_rows, run_from_row
 from paraplan.validate.report import validate_rows
 
 runner = CliRunner()
@@ -30,7 +31,8 @@ def test_json_shape(public_csv) -> None:
     out = json.loads(result.output)
     assert set(out) >= {"rows", "skipped", "per_source", "mape_pct", "kendall_tau"}
     row = out["rows"][0]
-    assert set(row) >= {"id", "source", "metric", "measured", "predicted", "error_pct"}
+    assert set(row) >= {"id", "source", "metric", "measured", "predicted", "error_pct", "assumed"}
+    assert "attention_backend=unfused" in row["assumed"]  # Korthikanti leaves it out: Megatron-LM's default
     assert row["error_pct"] == 100 * (row["predicted"] - row["measured"]) / row["measured"]
     assert list(out["per_source"]) == ["Korthikanti2022_Table5"]
 
@@ -156,3 +158,29 @@ def test_nemo_and_bridge_rows_reduce_gradients_in_bf16_as_their_performance_scri
     for run in runs:
         assert not run.train.grad_reduce_in_fp32 and run.train.grad_reduce_bytes == 2
         assert "grad_reduce_in_fp32=False" in run.defaults_used
+
+
+def test_megatron_lm_2020_rows_use_the_batch_per_model_instance(public_csv) -> None:
+    """Megatron-LM's 2020 README leaves the micro-batch unstated (complete=0): before v2.0 there was no gradient
+    accumulation, so the batch of one model instance is gbs / dp. Rows of other frameworks that leave it out stay
+    unprojected."""
+    rows = read_rows(public_csv)
+    mlm = [r for r in rows if r["source"] == "MegatronLM_README_2020"]
+    assert mlm and all(r["complete"] == "0" and not r["mbs"] for r in mlm)
+    for row in mlm:
+        run = run_from_row(row)
+        assert run.train.mbs == int(row["gbs"]) // int(row["dp"]) and run.train.num_microbatches == 1
+        assert any(d.startswith("mbs=") for d in run.defaults_used)
+    other = {**mlm[0], "framework": "nemo-megatron"}
+    with pytest.raises(ConfigError, match="missing mbs"):
+        run_from_row(other)
+    report = validate_rows(mlm)
+    assert len(report.rows) == len(mlm) and not report.skipped
+
+
+def test_rows_table_says_which_defaults_were_assumed(public_csv) -> None:
+    result = runner.invoke(
+        app, ["validate", "--data", str(public_csv), "--source", "MegatronLM_README_2020", "--rows"], terminal_width=200
+    )
+    assert result.exit_code == 0, result.output
+    assert "mbs=gbs/dp" in result.output and "recompute_granularity=full" in result.output

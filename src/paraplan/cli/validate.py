@@ -101,6 +101,12 @@ def _print(result: ValidationReport, show_rows: bool) -> None:
         for r in result.rows:
             table.add_row(r.id, r.source, r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{r.error_pct:+.1f}")
         console.print(table)
+        assumed = Table(title="settings the sources leave out: their framework's defaults (validate/measured.py)")
+        assumed.add_column("source")
+        assumed.add_column("assumed")
+        for name, items in result.assumed_by_source().items():
+            assumed.add_row(name, "; ".join(items))
+        console.print(assumed)
     table = Table(title="error per source")
     table.add_column("source")
     table.add_column("rows", justify="right")

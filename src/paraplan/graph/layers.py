@@ -208,6 +208,46 @@ def _residual(name: str, model: ModelSpec, shard: Shard) -> list[Op]:
     return ops
 
 
+# Megatron's fused scale-mask-softmax kernel runs only for 16-bit scores with 16 < sk <= 4096, sq and sk
+# multiples of 4 and batch x heads-per-rank a multiple of the kernel's batches per block (4 for sk > 128)
+# (`FusedScaleMaskSoftmax.is_kernel_available`, Megatron-LM and Megatron-DeepSpeed fused_softmax.py).
+SOFTMAX_KERNEL_BATCHES = 4
+SOFTMAX_KERNEL_MAX_SEQ = 4096
+# Otherwise it falls back to eager PyTorch in fp32 (`forward_torch_softmax`; query-key layer scaling, on by
+# default until 2023, forces the fp32 softmax): .float() (r 2, w 4), scale (r 4, w 4), masked_fill (r 4 + 1 mask,
+# w 4), softmax (r 4, w 4), .half() (r 4, w 2): 37 bytes per score, five kernels. Autograd runs the chain back:
+# .float() of the gradient (6), softmax backward (r 8, w 4), masked_fill (9), scale (8), .half() (6): 41 bytes.
+SOFTMAX_FALLBACK_BYTES = 37
+SOFTMAX_FALLBACK_BACKWARD_BYTES = 41
+SOFTMAX_FALLBACK_KERNELS = 5
+
+
+def fused_softmax_available(attn_batches: int, seq_q: int, seq_kv: int) -> bool:
+    return (
+        16 < seq_kv <= SOFTMAX_KERNEL_MAX_SEQ
+        and seq_q % 4 == 0
+        and seq_kv % 4 == 0
+        and attn_batches % SOFTMAX_KERNEL_BATCHES == 0
+    )
+
+
+def _softmax(shard: Shard, score_elems: int, attn_batches: int, seq_q: int, seq_kv: int) -> Op:
+    """Megatron's scale-mask-softmax over the attention scores: the fused kernel, or its eager fp32 fallback
+    (also what eager training runs: `--no-masked-softmax-fusion`)."""
+    if shard.act_bytes == FP32_ACT_BYTES or (shard.fused and fused_softmax_available(attn_batches, seq_q, seq_kv)):
+        fp16_bytes = shard.act_bytes * score_elems
+        return _elementwise(shard, "attn_softmax", 2 * fp16_bytes, saved=fp16_bytes, tags=SELECTIVE)
+    return _elementwise(
+        shard,
+        "attn_softmax",
+        SOFTMAX_FALLBACK_BYTES * score_elems,
+        saved=FP32_ACT_BYTES * score_elems,  # autograd keeps the fp32 softmax output
+        tags=SELECTIVE,
+        host_ops=SOFTMAX_FALLBACK_KERNELS,
+        backward_bytes=SOFTMAX_FALLBACK_BACKWARD_BYTES * score_elems,
+    )
+
+
 def _core_attention(model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int) -> list[Op]:
     """Attention scores, softmax and context. Q, K, V are saved by the GEMMs that produce them and the
     output by the projection that consumes it; this op saves only what is its own."""
@@ -246,13 +286,7 @@ def _core_attention(model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d
             precision=shard.act_precision,
             tags=SELECTIVE,
         ),
-        _elementwise(
-            shard,
-            "attn_softmax",
-            2 * shard.act_bytes * score_elems,
-            saved=shard.act_bytes * score_elems,
-            tags=SELECTIVE,
-        ),
+        _softmax(shard, score_elems, b * heads, s, skv),
     ]
     if model.dropout:
         ops.append(

@@ -165,12 +165,29 @@ def _pipeline_split(model: ModelSpec, pp: int, chunks: int, preset: str = "") ->
     return {"pipeline_layout": tuple(layout)}
 
 
+def _batch_fill(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Megatron-LM before v2.0 (late 2020) had no gradient accumulation: `--batch-size` was the batch of one model
+    instance and the global batch that times the data-parallel size (Megatron-LM arguments.py, 2019-2020; today's
+    `--global-batch-size` still defaults to micro-batch x dp). An unstated micro-batch is therefore gbs / dp."""
+    if (row.get("mbs") or "").strip() or (row.get("framework") or "").strip() != "megatron-lm":
+        return {}, []
+    gbs, dp = _int(row, "gbs"), _int(row, "dp")
+    if gbs is None or dp is None or dp < 1 or gbs % dp:
+        return {}, []
+    return {"mbs": str(gbs // dp)}, ["mbs=gbs/dp (Megatron-LM's batch per model instance)"]
+
+
 def run_from_row(row: dict[str, str]) -> MeasuredRun:
-    missing = [c for c in REQUIRED_COLUMNS if not (row.get(c) or "").strip()]
-    if (row.get("complete") or "1").strip() == "0":
+    fill, used = _batch_fill(row)
+    missing = [c for c in REQUIRED_COLUMNS if not ({**row, **fill}.get(c) or "").strip()]
+    if (row.get("complete") or "1").strip() == "0" and not fill:
+        # the source marks the row incomplete; projected only when the framework's defaults fill what it leaves out
         missing.append("complete=0 (the source leaves fields a projection needs unstated)")
     if missing:
         raise ConfigError(f"row {row.get('id', '?')}: missing {', '.join(missing)}")
+    if fill:
+        row = {**row, **fill}
+        used.append("projected although the source marks the row incomplete")
     model = _model_from_row(row)
     num_gpus = _int(row, "num_gpus")
     system = system_preset(row["gpu_preset"].strip(), num_gpus)
@@ -198,7 +215,6 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
         "framework": framework,
         "pipeline_schedule": "interleaved" if vpp > 1 else "1f1b",
     }
-    used: list[str] = []
     stated = {
         "sequence_parallel": (row.get("sp") or "").strip(),
         "recompute_granularity": (row.get("recompute") or "").strip(),

@@ -27,6 +27,7 @@ class RowResult:
     predicted_step_s: float
     attrs: tuple[tuple[str, str], ...] = ()  # gpu, arch, precision, framework, layout: for error analysis
     global_batch: int = 0
+    assumed: tuple[str, ...] = ()  # settings the source leaves out, taken from its framework's defaults
 
     def group_key(self, fixed_batch: bool = False) -> tuple:
         """The ranking group: model, GPU and GPU count, and the global batch too when `fixed_batch`."""
@@ -80,6 +81,18 @@ class ValidationReport:
             gaps["/".join(map(str, key))] = 100.0 * (picked.measured_step_s - best_measured) / best_measured
         return gaps
 
+    def assumed_by_source(self) -> dict[str, list[str]]:
+        """Per source, each framework default its rows were projected with (the source left the setting out)."""
+        out: dict[str, dict[str, dict[str, None]]] = defaultdict(dict)
+        for r in self.rows:
+            for item in r.assumed:
+                key, _, value = item.partition("=")
+                out[r.source].setdefault(key, {})[value] = None
+        return {
+            source: [f"{key}={'/'.join(values)}" if any(values) else key for key, values in items.items()]
+            for source, items in sorted(out.items())
+        }
+
     def mape_by(self, attribute: str) -> dict[str, dict[str, float]]:
         """MAPE and mean signed error grouped by an attribute (`ERROR_ATTRIBUTES`): where the model is wrong."""
         check_attribute(attribute)
@@ -102,6 +115,7 @@ class ValidationReport:
                     "measured": r.measured,
                     "predicted": r.predicted,
                     "error_pct": r.error_pct,
+                    "assumed": list(r.assumed),
                 }
                 for r in self.rows
             ],
@@ -251,6 +265,7 @@ def validate_rows(
                 predicted_step_s=proj.step_time_s if run.metric != "memory_gib" else predicted,
                 attrs=_attributes(run, proj.memory.fits),
                 global_batch=run.train.gbs,
+                assumed=run.defaults_used,
             )
         )
     return ValidationReport(results, skipped)
