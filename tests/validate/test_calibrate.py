@@ -3,7 +3,7 @@
 import pytest
 
 from paraplan.cost.calibration import calibration_for, family_of
-from paraplan.validate.calibrate import _projector, fit, subsample
+from paraplan.validate.calibrate import _projector, fit, fittable, subsample
 from paraplan.validate.measured import read_rows
 from paraplan.validate.report import validate_rows
 
@@ -177,3 +177,14 @@ def test_the_shipped_nvlink_efficiencies_are_what_nccl_reaches() -> None:
     for family, constants in families.items():
         low, high = NCCL_NVLINK_EFFICIENCY
         assert low <= constants["scale_up_efficiency"] <= high, family
+
+
+def test_rows_their_source_marks_incomplete_are_validated_not_fitted(public_csv) -> None:
+    rows = read_rows(public_csv)
+    mlm = [r for r in rows if r["source"] == "MegatronLM_README_2020"]
+    assert len(validate_rows(mlm).rows) == len(mlm)  # projected through Megatron-LM's batch semantics
+    kept = fittable(rows)
+    assert not any(r["source"] == "MegatronLM_README_2020" for r in kept)
+    assert {r["id"] for r in kept} == {r["id"] for r in rows if r["complete"] == "1"} - {
+        i for i, _ in validate_rows(rows).skipped
+    }
