@@ -180,13 +180,14 @@ def _batch_fill(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
 def run_from_row(row: dict[str, str]) -> MeasuredRun:
     fill, used = _batch_fill(row)
     missing = [c for c in REQUIRED_COLUMNS if not ({**row, **fill}.get(c) or "").strip()]
-    if (row.get("complete") or "1").strip() == "0" and not fill:
+    incomplete = (row.get("complete") or "1").strip() == "0"
+    if incomplete and not fill:
         # the source marks the row incomplete; projected only when the framework's defaults fill what it leaves out
         missing.append("complete=0 (the source leaves fields a projection needs unstated)")
     if missing:
         raise ConfigError(f"row {row.get('id', '?')}: missing {', '.join(missing)}")
-    if fill:
-        row = {**row, **fill}
+    row = {**row, **fill}
+    if incomplete:
         used.append("projected although the source marks the row incomplete")
     model = _model_from_row(row)
     num_gpus = _int(row, "num_gpus")
