@@ -57,3 +57,13 @@ def test_vtrain_micro_batch_one_at_tp8_is_no_longer_an_outlier(public_csv) -> No
     mean = {k: sum(v) / len(v) for k, v in errors.items()}
     print(mean)
     assert abs(mean[True] - mean[False]) < 8.0
+
+
+def test_fp32_training_runs_the_eager_chain_without_casts() -> None:
+    train = TrainingSpec().with_values(
+        tp=1, mbs=4, gbs=4, seq=1024, attention_backend="unfused", precision="fp32", dp=1
+    )
+    op = {o.name: o for o in L.decoder_layer_ops(GPT, L.Shard.of(train), moe=False)}["attn_softmax"]
+    elems = 4 * 16 * 1024 * 1024
+    assert op.host_ops == 3 and op.bytes_moved == 25 * elems
+    assert backward_ops(op)[0].bytes_moved == 29 * elems

@@ -217,9 +217,12 @@ SOFTMAX_KERNEL_MAX_SEQ = 4096
 # default until 2023, forces the fp32 softmax): .float() (r 2, w 4), scale (r 4, w 4), masked_fill (r 4 + 1 mask,
 # w 4), softmax (r 4, w 4), .half() (r 4, w 2): 37 bytes per score, five kernels. Autograd runs the chain back:
 # .float() of the gradient (6), softmax backward (r 8, w 4), masked_fill (9), scale (8), .half() (6): 41 bytes.
+# fp32 training always takes this path (the kernel is 16-bit only), without the two casts: 25 and 29 bytes.
 SOFTMAX_FALLBACK_BYTES = 37
 SOFTMAX_FALLBACK_BACKWARD_BYTES = 41
 SOFTMAX_FALLBACK_KERNELS = 5
+SOFTMAX_CAST_BYTES = 12  # .float() and .half(), forward and backward alike
+SOFTMAX_CAST_KERNELS = 2
 
 
 def fused_softmax_available(attn_batches: int, seq_q: int, seq_kv: int) -> bool:
@@ -233,18 +236,20 @@ def fused_softmax_available(attn_batches: int, seq_q: int, seq_kv: int) -> bool:
 
 def _softmax(shard: Shard, score_elems: int, attn_batches: int, seq_q: int, seq_kv: int) -> Op:
     """Megatron's scale-mask-softmax over the attention scores: the fused kernel, or its eager fp32 fallback
-    (also what eager training runs: `--no-masked-softmax-fusion`)."""
-    if shard.act_bytes == FP32_ACT_BYTES or (shard.fused and fused_softmax_available(attn_batches, seq_q, seq_kv)):
+    (also what eager training runs: `--no-masked-softmax-fusion`, and fp32 training)."""
+    fp32 = shard.act_bytes == FP32_ACT_BYTES
+    if not fp32 and shard.fused and fused_softmax_available(attn_batches, seq_q, seq_kv):
         fp16_bytes = shard.act_bytes * score_elems
         return _elementwise(shard, "attn_softmax", 2 * fp16_bytes, saved=fp16_bytes, tags=SELECTIVE)
+    casts = 0 if fp32 else 1
     return _elementwise(
         shard,
         "attn_softmax",
-        SOFTMAX_FALLBACK_BYTES * score_elems,
+        (SOFTMAX_FALLBACK_BYTES - (1 - casts) * SOFTMAX_CAST_BYTES) * score_elems,
         saved=FP32_ACT_BYTES * score_elems,  # autograd keeps the fp32 softmax output
         tags=SELECTIVE,
-        host_ops=SOFTMAX_FALLBACK_KERNELS,
-        backward_bytes=SOFTMAX_FALLBACK_BACKWARD_BYTES * score_elems,
+        host_ops=SOFTMAX_FALLBACK_KERNELS - (1 - casts) * SOFTMAX_CAST_KERNELS,
+        backward_bytes=(SOFTMAX_FALLBACK_BACKWARD_BYTES - (1 - casts) * SOFTMAX_CAST_BYTES) * score_elems,
     )
 
 
