@@ -184,3 +184,15 @@ def test_rows_table_says_which_defaults_were_assumed(public_csv) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "mbs=gbs/dp" in result.output and "recompute_granularity=full" in result.output
+
+
+def test_report_carries_the_shipped_held_out_errors(public_csv) -> None:
+    from paraplan.cost.calibration import fitted_table
+
+    held = fitted_table()["held_out_mape_pct"]
+    result = runner.invoke(
+        app, ["validate", "--data", str(public_csv), "--report", "--source", "NeMo_perf_summary_24.07"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "| held-out MAPE % |" in result.output
+    assert f"| **{held['NeMo_perf_summary_24.07']:.2f}** |" in result.output

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from paraplan.cli import reports
 from paraplan.cli.common import console, handle_errors
+from paraplan.cost.calibration import fitted_table
 from paraplan.validate.measured import read_rows
 from paraplan.validate.report import ValidationReport, check_attribute, profile_projector, validate_rows
 
@@ -47,8 +48,8 @@ def validate(
     if as_json:
         print(json.dumps(result.to_dict()))
         return
-    if report:
-        print(markdown_table(result))
+    if report:  # the held-out column belongs to the shipped calibration, not to a profile's projections
+        print(markdown_table(result, None if profile else fitted_table().get("held_out_mape_pct")))
         return
     _print(result, show_rows)
     if by:
@@ -75,11 +76,20 @@ def fastest_gap_lines(result: ValidationReport) -> list[str]:
     return lines
 
 
-def markdown_table(result: ValidationReport) -> str:
-    lines = ["| source | rows | MAPE % |", "|---|---:|---:|"]
-    for name, stats in result.per_source().items():
-        lines.append(f"| {name} | {stats['n']} | {stats['mape_pct']:.1f} |")
-    lines.append(f"| **source-balanced** | {len(result.rows)} | **{result.mape_pct:.1f}** |")
+def markdown_table(result: ValidationReport, held_out: dict[str, float] | None = None) -> str:
+    """The per-source table of the README; `held_out`: each source's leave-one-source-out MAPE from the
+    calibration's cross-validation (calibration.yaml), a column of its own when given."""
+    per_source = result.per_source()
+    held = held_out if held_out and set(per_source) <= set(held_out) else None
+    if held:
+        lines = ["| source | rows | MAPE % | held-out MAPE % |", "|---|---:|---:|---:|"]
+        lines += [f"| {n} | {v['n']} | {v['mape_pct']:.1f} | {held[n]:.1f} |" for n, v in per_source.items()]
+        mean_held = sum(held[n] for n in per_source) / len(per_source)
+        lines.append(f"| **source-balanced** | {len(result.rows)} | **{result.mape_pct:.2f}** | **{mean_held:.2f}** |")
+    else:
+        lines = ["| source | rows | MAPE % |", "|---|---:|---:|"]
+        lines += [f"| {n} | {v['n']} | {v['mape_pct']:.1f} |" for n, v in per_source.items()]
+        lines.append(f"| **source-balanced** | {len(result.rows)} | **{result.mape_pct:.2f}** |")
     lines.append("")
     lines.append(
         f"Kendall tau within (model, GPU, GPU count) groups: {result.kendall_tau():.3f} (all), "
