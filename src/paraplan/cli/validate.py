@@ -80,16 +80,15 @@ def markdown_table(result: ValidationReport, held_out: dict[str, float] | None =
     """The per-source table of the README; `held_out`: each source's leave-one-source-out MAPE from the
     calibration's cross-validation (calibration.yaml), a column of its own when given."""
     per_source = result.per_source()
-    held = held_out if held_out and set(per_source) <= set(held_out) else None
-    if held:
-        lines = ["| source | rows | MAPE % | held-out MAPE % |", "|---|---:|---:|---:|"]
-        lines += [f"| {n} | {v['n']} | {v['mape_pct']:.1f} | {held[n]:.1f} |" for n, v in per_source.items()]
-        mean_held = sum(held[n] for n in per_source) / len(per_source)
-        lines.append(f"| **source-balanced** | {len(result.rows)} | **{result.mape_pct:.2f}** | **{mean_held:.2f}** |")
-    else:
-        lines = ["| source | rows | MAPE % |", "|---|---:|---:|"]
-        lines += [f"| {n} | {v['n']} | {v['mape_pct']:.1f} |" for n, v in per_source.items()]
-        lines.append(f"| **source-balanced** | {len(result.rows)} | **{result.mape_pct:.2f}** |")
+    held = held_out if held_out and set(per_source) <= set(held_out) else {}
+    lines = [
+        "| source | rows | MAPE % |" + (" held-out MAPE % |" if held else ""),
+        "|---|---:|---:|" + ("---:|" if held else ""),
+    ]
+    for name, stats in per_source.items():
+        lines.append(f"| {name} | {stats['n']} | {stats['mape_pct']:.1f} |" + (f" {held[name]:.1f} |" if held else ""))
+    mean_held = f" **{sum(held[n] for n in per_source) / len(per_source):.2f}** |" if held else ""
+    lines.append(f"| **source-balanced** | {len(result.rows)} | **{result.mape_pct:.2f}** |" + mean_held)
     lines.append("")
     lines.append(
         f"Kendall tau within (model, GPU, GPU count) groups: {result.kendall_tau():.3f} (all), "

@@ -51,6 +51,39 @@ def cross_entropy_bytes(fused: bool, logit_bytes: int) -> tuple[float, float | N
     return forward + cast, backward + cast
 
 
+# Megatron's fused scale-mask-softmax kernel runs only for 16-bit scores with 16 < sk <= 4096, sq and sk
+# multiples of 4 and batch x heads-per-rank a multiple of the kernel's batches per block (4 for sk > 128)
+# (`FusedScaleMaskSoftmax.is_kernel_available`, Megatron-LM and Megatron-DeepSpeed fused_softmax.py).
+SOFTMAX_KERNEL_BATCHES = 4
+SOFTMAX_KERNEL_MAX_SEQ = 4096
+# Otherwise it runs eager PyTorch in fp32 (`forward_torch_softmax`; query-key layer scaling, on by default until
+# 2023, forces the fp32 softmax), bytes per score: scale (r 4, w 4), masked_fill (r 4 + 1 mask, w 4), softmax
+# (r 4, w 4); autograd runs it back: softmax backward (r 8, w 4), masked_fill (r 4 + 1, w 4), scale (r 4, w 4).
+# 16-bit scores add .float() before and .half() after, each way (r 2, w 4 and r 4, w 2).
+SOFTMAX_EAGER_FP32_BYTES = (25.0, 29.0)
+SOFTMAX_EAGER_FP32_KERNELS = 3
+
+
+def fused_softmax_available(attn_batches: int, seq_q: int, seq_kv: int) -> bool:
+    return (
+        16 < seq_kv <= SOFTMAX_KERNEL_MAX_SEQ
+        and seq_q % 4 == 0
+        and seq_kv % 4 == 0
+        and attn_batches % SOFTMAX_KERNEL_BATCHES == 0
+    )
+
+
+def eager_softmax(score_bytes: int) -> tuple[float, float, int]:
+    """(forward bytes, backward bytes, kernels) per score of the eager fp32 softmax over `score_bytes`-wide scores."""
+    casts = 0 if score_bytes == 4 else 2  # each reads one width and writes the other
+    forward, backward = SOFTMAX_EAGER_FP32_BYTES
+    return (
+        forward + casts * (score_bytes + 4.0),
+        backward + casts * (score_bytes + 4.0),
+        SOFTMAX_EAGER_FP32_KERNELS + casts,
+    )
+
+
 def passes(kernel: str, fused: bool) -> float:
     """Forward memory passes of `kernel` per element of its main tensor."""
     return (FUSED_PASSES if fused else EAGER_PASSES)[kernel]

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.graph.kernels import CROSS_ENTROPY_EAGER_KERNELS, SPLIT_GRAD_PASSES, cross_entropy_bytes, passes
+from paraplan.graph.kernels import (
+    CROSS_ENTROPY_EAGER_KERNELS,
+    SPLIT_GRAD_PASSES,
+    cross_entropy_bytes,
+    eager_softmax,
+    fused_softmax_available,
+    passes,
+)
 from paraplan.graph.ops import (
     AttentionShape,
     CommAxis,
@@ -208,48 +215,23 @@ def _residual(name: str, model: ModelSpec, shard: Shard) -> list[Op]:
     return ops
 
 
-# Megatron's fused scale-mask-softmax kernel runs only for 16-bit scores with 16 < sk <= 4096, sq and sk
-# multiples of 4 and batch x heads-per-rank a multiple of the kernel's batches per block (4 for sk > 128)
-# (`FusedScaleMaskSoftmax.is_kernel_available`, Megatron-LM and Megatron-DeepSpeed fused_softmax.py).
-SOFTMAX_KERNEL_BATCHES = 4
-SOFTMAX_KERNEL_MAX_SEQ = 4096
-# Otherwise it falls back to eager PyTorch in fp32 (`forward_torch_softmax`; query-key layer scaling, on by
-# default until 2023, forces the fp32 softmax): .float() (r 2, w 4), scale (r 4, w 4), masked_fill (r 4 + 1 mask,
-# w 4), softmax (r 4, w 4), .half() (r 4, w 2): 37 bytes per score, five kernels. Autograd runs the chain back:
-# .float() of the gradient (6), softmax backward (r 8, w 4), masked_fill (9), scale (8), .half() (6): 41 bytes.
-# fp32 training always takes this path (the kernel is 16-bit only), without the two casts: 25 and 29 bytes.
-SOFTMAX_FALLBACK_BYTES = 37
-SOFTMAX_FALLBACK_BACKWARD_BYTES = 41
-SOFTMAX_FALLBACK_KERNELS = 5
-SOFTMAX_CAST_BYTES = 12  # .float() and .half(), forward and backward alike
-SOFTMAX_CAST_KERNELS = 2
-
-
-def fused_softmax_available(attn_batches: int, seq_q: int, seq_kv: int) -> bool:
-    return (
-        16 < seq_kv <= SOFTMAX_KERNEL_MAX_SEQ
-        and seq_q % 4 == 0
-        and seq_kv % 4 == 0
-        and attn_batches % SOFTMAX_KERNEL_BATCHES == 0
-    )
-
-
 def _softmax(shard: Shard, score_elems: int, attn_batches: int, seq_q: int, seq_kv: int) -> Op:
-    """Megatron's scale-mask-softmax over the attention scores: the fused kernel, or its eager fp32 fallback
-    (also what eager training runs: `--no-masked-softmax-fusion`, and fp32 training)."""
-    fp32 = shard.act_bytes == FP32_ACT_BYTES
-    if not fp32 and shard.fused and fused_softmax_available(attn_batches, seq_q, seq_kv):
-        fp16_bytes = shard.act_bytes * score_elems
-        return _elementwise(shard, "attn_softmax", 2 * fp16_bytes, saved=fp16_bytes, tags=SELECTIVE)
-    casts = 0 if fp32 else 1
+    """Megatron's scale-mask-softmax over the attention scores: the fused kernel where it can run, else the eager
+    fp32 chain (also under `--no-masked-softmax-fusion` and in fp32 training; `paraplan.graph.kernels`)."""
+    score_bytes = shard.act_bytes
+    if score_bytes != FP32_ACT_BYTES and shard.fused and fused_softmax_available(attn_batches, seq_q, seq_kv):
+        return _elementwise(
+            shard, "attn_softmax", 2 * score_bytes * score_elems, saved=score_bytes * score_elems, tags=SELECTIVE
+        )
+    forward, backward, kernels = eager_softmax(score_bytes)
     return _elementwise(
         shard,
         "attn_softmax",
-        (SOFTMAX_FALLBACK_BYTES - (1 - casts) * SOFTMAX_CAST_BYTES) * score_elems,
+        forward * score_elems,
         saved=FP32_ACT_BYTES * score_elems,  # autograd keeps the fp32 softmax output
         tags=SELECTIVE,
-        host_ops=SOFTMAX_FALLBACK_KERNELS - (1 - casts) * SOFTMAX_CAST_KERNELS,
-        backward_bytes=(SOFTMAX_FALLBACK_BACKWARD_BYTES - (1 - casts) * SOFTMAX_CAST_BYTES) * score_elems,
+        host_ops=kernels,
+        backward_bytes=backward * score_elems,
     )
 
 
