@@ -7,12 +7,14 @@ each choice and where it comes from, and every row records which defaults it use
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 
 from paraplan.errors import ConfigError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.presets import model_preset, system_preset
+from paraplan.specs.presets import model_preset, system_preset, variant_on
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 
@@ -177,6 +179,28 @@ def _batch_fill(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     return {"mbs": str(gbs // dp)}, ["mbs=gbs/dp (Megatron-LM's batch per model instance)"]
 
 
+def _source_date(row: dict[str, str]) -> date | None:
+    """The date a row's source gives for itself: the first ISO date in `source_ref` (a commit's date, for rows read
+    from a repository), None when it gives none."""
+    found = re.search(r"\b(\d{4})-(\d{2})-(\d{2})\b", row.get("source_ref") or "")
+    if not found:
+        return None
+    try:
+        return date(*map(int, found.groups()))
+    except ValueError:
+        return None
+
+
+def _gpu_preset(row: dict[str, str]) -> tuple[str, list[str]]:
+    """The row's GPU preset, or the variant of its chip that existed on the source's date (`variant_on`)."""
+    name = row["gpu_preset"].strip()
+    on = _source_date(row)
+    if on is None:
+        return name, []
+    preset, why = variant_on(name, on)
+    return preset, [f"gpu_preset={preset} ({why})"] if why else []
+
+
 def run_from_row(row: dict[str, str]) -> MeasuredRun:
     fill, used = _batch_fill(row)
     missing = [c for c in REQUIRED_COLUMNS if not ({**row, **fill}.get(c) or "").strip()]
@@ -191,7 +215,9 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
         used.append("projected although the source marks the row incomplete")
     model = _model_from_row(row)
     num_gpus = _int(row, "num_gpus")
-    system = system_preset(row["gpu_preset"].strip(), num_gpus)
+    gpu, gpu_used = _gpu_preset(row)
+    used.extend(gpu_used)
+    system = system_preset(gpu, num_gpus)
     overrides: dict[str, object] = {}
     if _int(row, "gpus_per_node"):
         overrides["gpus_per_node"] = _int(row, "gpus_per_node")
@@ -266,7 +292,7 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
         model=model,
         system=system,
         train=train,
-        group=(row["model"], row["gpu_preset"], num_gpus),
+        group=(row["model"], gpu, num_gpus),
         defaults_used=tuple(used),
     )
 

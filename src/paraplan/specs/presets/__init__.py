@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -65,3 +66,14 @@ def system_preset(name: str, num_gpus: int) -> SystemSpec:
         nic_gbps=float(entry["nic_gbps"]),
         name=name.lower(),
     )
+
+
+def variant_on(name: str, on: date) -> tuple[str, str]:
+    """The preset of `name`'s chip that existed on `on`, and why it differs from `name` ('' when it does not).
+    A measurement published before a part was announced ran on its `earlier_variant` (Megatron-LM's README of
+    September 2020 cannot have used the 80 GB A100, announced in November 2020)."""
+    entry = gpu_preset_table(name)
+    announced, earlier = entry.get("announced"), entry.get("earlier_variant")
+    if not isinstance(announced, date) or on >= announced or not earlier:
+        return name.lower(), ""
+    return str(earlier), f"{name.lower()} was announced {announced.isoformat()}, after the source's {on.isoformat()}"
