@@ -98,6 +98,11 @@ def test_fastest_gap_and_tau_at_one_global_batch() -> None:
     rows = [row("a", 4, 1.0, 1.0), row("b", 4, 1.5, 1.5), row("c", 8, 2.0, 2.2), row("d", 8, 2.5, 2.1)]
     report = ValidationReport(rows, [])
     assert report.fastest_gap_pct("vTrain") == {"gpt/a100/8": 0.0}
+    # per sample: a (0.25), b (0.375), c (0.25), d (0.3125); the projection picks a (0.25) or d (0.2625): a
+    assert report.fastest_gap_pct("vTrain", per_sample=True) == {"gpt/a100/8": 0.0}
+    swapped = ValidationReport([row("a", 4, 1.0, 1.1), row("c", 8, 2.0, 2.4), row("d", 8, 2.5, 2.1)], [])
+    assert swapped.fastest_gap_pct("vTrain", per_sample=True) == {"gpt/a100/8": pytest.approx(25.0)}
+    assert swapped.fastest_gap_pct("vTrain") == {"gpt/a100/8": 0.0}
     by_batch = report.fastest_gap_pct("vTrain", fixed_batch=True)
     assert by_batch == {"gpt/a100/8/4": 0.0, "gpt/a100/8/8": pytest.approx(25.0)}
     assert report.kendall_tau(fixed_batch=True) == pytest.approx(0.0)  # one pair right, one wrong

@@ -64,21 +64,28 @@ class ValidationReport:
         rows = (r for r in self.rows if r.source.startswith(source_prefix))
         return kendall_within_groups(rows, fixed_batch)
 
-    def fastest_gap_pct(self, source_prefix: str = "", fixed_batch: bool = False) -> dict[str, float]:
+    def fastest_gap_pct(
+        self, source_prefix: str = "", fixed_batch: bool = False, per_sample: bool = False
+    ) -> dict[str, float]:
         """Per group: how much slower (measured) the projected-fastest configuration is than the measured fastest.
         fixed_batch: groups also share the global batch (the tuner's question: the same job, another layout);
-        otherwise a group's fastest run is often simply its smallest batch."""
+        otherwise a group's fastest run by step time is often simply its smallest batch. per_sample: fastest by
+        time per sample (step time over global batch, i.e. throughput), which compares runs of different batches."""
         groups: dict[tuple, list[RowResult]] = defaultdict(list)
         for r in self.rows:
             if r.source.startswith(source_prefix):
                 groups[r.group_key(fixed_batch)].append(r)
+
+        def per(r: RowResult) -> float:
+            return r.global_batch if per_sample and r.global_batch > 0 else 1.0
+
         gaps = {}
         for key, members in groups.items():
             if len(members) < 2:
                 continue
-            best_measured = min(m.measured_step_s for m in members)
-            picked = min(members, key=lambda m: (m.predicted_step_s, m.id))
-            gaps["/".join(map(str, key))] = 100.0 * (picked.measured_step_s - best_measured) / best_measured
+            best = min(m.measured_step_s / per(m) for m in members)
+            picked = min(members, key=lambda m: (m.predicted_step_s / per(m), m.id))
+            gaps["/".join(map(str, key))] = 100.0 * (picked.measured_step_s / per(picked) - best) / best
         return gaps
 
     def assumed_by_source(self) -> dict[str, list[str]]:
