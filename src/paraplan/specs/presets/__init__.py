@@ -76,4 +76,6 @@ def variant_on(name: str, on: date) -> tuple[str, str]:
     announced, earlier = entry.get("announced"), entry.get("earlier_variant")
     if not isinstance(announced, date) or on >= announced or not earlier:
         return name.lower(), ""
-    return str(earlier), f"{name.lower()} was announced {announced.isoformat()}, after the source's {on.isoformat()}"
+    preset, why = variant_on(str(earlier), on)  # the variant may postdate the source as well
+    why = why or f"after the source's {on.isoformat()}"
+    return preset, f"{name.lower()} was announced {announced.isoformat()}, {why}"
