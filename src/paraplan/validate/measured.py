@@ -182,12 +182,10 @@ def _batch_fill(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
 def _source_date(row: dict[str, str]) -> date | None:
     """The date a row's source gives for itself: the first ISO date in `source_ref` (a commit's date, for rows read
     from a repository), None when it gives none."""
-    found = re.search(r"\b(\d{4})-(\d{2})-(\d{2})\b", row.get("source_ref") or "")
-    if not found:
-        return None
+    found = re.search(r"\b\d{4}-\d{2}-\d{2}\b", row.get("source_ref") or "")
     try:
-        return date(*map(int, found.groups()))
-    except ValueError:
+        return date.fromisoformat(found.group(0)) if found else None
+    except ValueError:  # not a calendar day (2020-13-45)
         return None
 
 
