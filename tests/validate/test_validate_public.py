@@ -152,6 +152,8 @@ def test_error_by_memory_tells_the_rows_that_cannot_fit_as_stated(tmp_path) -> N
                     "num_kv_heads": "64"})  # fmt: skip  # 39B parameters and their Adam states on one 80 GB GPU
     by_memory = validate_rows(read_rows(path)).mape_by("memory")
     assert {k: v["n"] for k, v in by_memory.items()} == {"exceeds HBM": 1, "fits": 1}
+    by_use = validate_rows(read_rows(path)).mape_by("memory_use")
+    assert {k: v["n"] for k, v in by_use.items()} == {"0-70% of HBM": 1, "over 100% of HBM": 1}
 
 
 def test_nemo_and_bridge_rows_reduce_gradients_in_bf16_as_their_performance_scripts(public_csv) -> None:
