@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from paraplan.cost.calibration import Calibration
+from paraplan.graph.backward import WEIGHTLESS_GEMMS
 from paraplan.graph.ops import GemmShape, Op, OpKind, Phase
 from paraplan.specs.system import GpuSpec
 
@@ -28,6 +29,12 @@ _K_HALF = 192.0
 # The inner dimension at which the efficiencies hold as given: the calibrated and default GEMM efficiencies are those
 # of a large GEMM (the 8192-cubed size cuBLAS throughput figures quote); shorter K loops run slower, longer faster.
 _K_REF = 8192.0
+# The weight GEMMs' backward (input gradient and weight gradient together) runs this much more efficiently than the
+# forward GEMM of the same linear, beyond what the shapes give: the median over the fp16 linear samples (QKV, attention
+# output, MLP up and down, LM head) of ../shared/data/kernel-samples, A100 and GH200, of model/measured backward over
+# model/measured forward was 1.07 (per kernel 1.03-1.12 on both chips; tests/cost/test_gemm_samples.py). The batched
+# GEMMs of unfused attention show no such gap (0.99-1.02), so they keep the forward's rate.
+WEIGHT_GEMM_BACKWARD_SPEEDUP = 1.07
 # FlashAttention reaches half its peak efficiency at about this many keys per query block (FA2 paper
 # figures: throughput saturates from ~2k tokens).
 _ATTN_SEQ_HALF = 384.0
@@ -55,6 +62,8 @@ def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     precision = op.precision
     peak = gpu.peak_flops(precision)
     eff = max(gemm_efficiency(shape, gpu, precision, cal), 0.02)
+    if op.phase is not Phase.FORWARD and op.name.removeprefix("mtp_") not in WEIGHTLESS_GEMMS:
+        eff = min(eff * WEIGHT_GEMM_BACKWARD_SPEEDUP, 0.98)
     element_bytes = 1 if precision in FP8 else 4 if precision == "fp32" else 2
     out_bytes = 4 if precision == "fp32" else 2
     io_bytes = (

@@ -202,8 +202,8 @@ def step_time_of(metric: str, value: float, run: MeasuredRun) -> float:
 
 
 # Brackets of the projected peak memory as a share of the GPU's HBM (`memory_use`). llm-foundry sizes its micro-batches
-# to fill memory, and the fuller its rows are, the more the model overestimates their throughput (mean error 0.0%
-# below 70%, +4.0% at 70-85%, +6.0% at 85-100%; 2026-12-02): the caching allocator's retries under memory pressure
+# to fill memory, and the fuller its rows are, the more the model overestimates their throughput (mean error -0.1%
+# below 70%, +4.1% at 70-85%, +6.1% at 85-100%; 2026-12-02): the caching allocator's retries under memory pressure
 # (a device sync and cudaFree/cudaMalloc each) are not modelled.
 MEMORY_USE_BRACKETS = ((0.70, "0-70% of HBM"), (0.85, "70-85% of HBM"), (1.0, "85-100% of HBM"))
 
