@@ -124,15 +124,23 @@ def _projector(table: dict[str, Any]):
     return run
 
 
-def _complete(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+def _projectable(rows: list[dict[str, str]]) -> list[tuple[dict[str, str], MeasuredRun]]:
+    """The rows a projection can be built from, each with its run."""
     out = []
     for row in rows:
         try:
-            run_from_row(row)
+            out.append((row, run_from_row(row)))
         except Exception:  # noqa: BLE001 - incomplete rows are listed by validate, not fitted
             continue
-        out.append(row)
     return out
+
+
+def _complete(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [row for row, _ in _projectable(rows)]
+
+
+def _fittable_runs(rows: list[dict[str, str]]) -> list[tuple[dict[str, str], MeasuredRun]]:
+    return [(row, run) for row, run in _projectable(rows) if (row.get("complete") or "1").strip() != "0"]
 
 
 def fittable(rows: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -141,7 +149,7 @@ def fittable(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     model instance) is validated, not fitted: a constant fitted on it would learn the assumption as well. With
     them in the fit, Volta's GEMM efficiency went to its 0.95 bound and Megatron-LM's step overhead to 99 ms,
     which cost Korthikanti's 2022 rows 1.3 points (3.9% -> 5.1%)."""
-    return [r for r in _complete(rows) if (r.get("complete") or "1").strip() != "0"]
+    return [row for row, _ in _fittable_runs(rows)]
 
 
 def fit(rows: list[dict[str, str]], max_evaluations: int = 400) -> FitResult:
@@ -155,8 +163,9 @@ def fit(rows: list[dict[str, str]], max_evaluations: int = 400) -> FitResult:
     blocks are small and separable. `max_evaluations` bounds each block's search."""
     from scipy.optimize import minimize
 
-    rows = fittable(rows)
-    runs = [run_from_row(r) for r in rows]
+    pairs = _fittable_runs(rows)
+    rows = [row for row, _ in pairs]
+    runs = [run for _, run in pairs]
     names: list[tuple[str, str, str]] = []
     start: list[float] = []
     bounds: list[tuple[float, float]] = []
