@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from paraplan.cost.calibration import Calibration
 from paraplan.cost.comm import GroupPlacement, collective_time_s
 from paraplan.cost.compute import compute_time_s
-from paraplan.graph.backward import backward_ops
+from paraplan.graph.backward import backward_ops, is_weightless_gemm
 from paraplan.graph.ops import CommAxis, Op, OpKind, Phase
 from paraplan.memory.activations import recomputed_ops, saved_bytes
 from paraplan.specs.system import SystemSpec
@@ -26,7 +26,6 @@ COMM_LABEL = {
     CommAxis.PP: "pp",
     CommAxis.DP: "dp",
 }
-WEIGHT_PARAMS_EXEMPT = frozenset({"attn_scores", "attn_context"})
 MATMUL_KINDS = (OpKind.GEMM, OpKind.ATTENTION)  # FLOP accounting counts matmuls only (Megatron convention)
 CLOCK_BOUND_KINDS = MATMUL_KINDS  # compute-bound kernels, slowed by the slowest chip (`at_scale`)
 
@@ -122,7 +121,7 @@ def runahead_s(cost: BlockCost, count: int) -> float:
 
 
 def weight_params(op: Op) -> int:
-    if op.kind is not OpKind.GEMM or op.gemm is None or op.name.removeprefix("mtp_") in WEIGHT_PARAMS_EXEMPT:
+    if op.kind is not OpKind.GEMM or op.gemm is None or is_weightless_gemm(op):
         return 0
     return op.gemm.k * op.gemm.n * op.gemm.count
 
@@ -248,7 +247,7 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
         else:
             issued += host_s
             finish = max(finish, issued) + seconds
-        if op.kind is OpKind.ATTENTION or op.name in WEIGHT_PARAMS_EXEMPT:
+        if op.kind is OpKind.ATTENTION or is_weightless_gemm(op):
             out.attention_s += seconds
     compute = finish - exposed_in_queue
     for label, total in deferred.items():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from paraplan.cost.calibration import Calibration
-from paraplan.graph.backward import WEIGHTLESS_GEMMS
+from paraplan.graph.backward import is_weightless_gemm
 from paraplan.graph.ops import GemmShape, Op, OpKind, Phase
 from paraplan.specs.system import GpuSpec
 
@@ -62,7 +62,7 @@ def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     precision = op.precision
     peak = gpu.peak_flops(precision)
     eff = max(gemm_efficiency(shape, gpu, precision, cal), 0.02)
-    if op.phase is not Phase.FORWARD and op.name.removeprefix("mtp_") not in WEIGHTLESS_GEMMS:
+    if op.phase is not Phase.FORWARD and not is_weightless_gemm(op):
         eff = min(eff * WEIGHT_GEMM_BACKWARD_SPEEDUP, 0.98)
     element_bytes = 1 if precision in FP8 else 4 if precision == "fp32" else 2
     out_bytes = 4 if precision == "fp32" else 2

@@ -16,6 +16,14 @@ from paraplan.graph.ops import CommKind, GemmShape, Op, OpKind, Phase
 WEIGHTLESS_GEMMS = frozenset({"attn_scores", "attn_context"})
 FLASH_BACKWARD_FLOPS = 2.5
 ELEMENTWISE_BACKWARD_TRAFFIC = 1.5  # read the saved input and the output gradient, write the input gradient
+
+
+def is_weightless_gemm(op: Op) -> bool:
+    """A batched matmul of two activations (attention scores and context, an MTP module's too): no weight, so no
+    weight gradient and no parameters."""
+    return op.kind is OpKind.GEMM and op.name.removeprefix("mtp_") in WEIGHTLESS_GEMMS
+
+
 _MIRROR = {
     CommKind.ALL_GATHER: CommKind.REDUCE_SCATTER,
     CommKind.REDUCE_SCATTER: CommKind.ALL_GATHER,
@@ -30,7 +38,7 @@ def backward_ops(op: Op) -> list[Op]:
         g = op.gemm
         assert g is not None
         dx = replace(op, phase=Phase.BACKWARD_INPUT, gemm=GemmShape(g.m, g.k, g.n, g.count), saved_bytes=0.0)
-        if op.name.removeprefix("mtp_") in WEIGHTLESS_GEMMS:
+        if is_weightless_gemm(op):
             return [dx, replace(dx, gemm=GemmShape(g.k, g.n, g.m, g.count))]
         dw = replace(op, phase=Phase.BACKWARD_WEIGHT, gemm=GemmShape(g.k, g.n, g.m, g.count), saved_bytes=0.0)
         return [dx, dw]
