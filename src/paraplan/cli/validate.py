@@ -12,6 +12,7 @@ from rich.table import Table
 from paraplan.cli import reports
 from paraplan.cli.common import console, handle_errors
 from paraplan.cost.calibration import fitted_table
+from paraplan.validate.decompose import CellFit, by_source, cell_fits
 from paraplan.validate.measured import read_rows
 from paraplan.validate.report import ValidationReport, check_attribute, profile_projector, validate_rows
 
@@ -33,6 +34,14 @@ def validate(
             "recompute, sharding, scale or memory (whether the projected peak fits the GPU)",
         ),
     ] = None,
+    decompose: Annotated[
+        bool,
+        typer.Option(
+            "--decompose",
+            help="split the error into its per-step and per-micro-batch parts, over runs that differ only in the "
+            "global batch (with --rows: every such cell)",
+        ),
+    ] = False,
     html: reports.HtmlOpt = None,
     png: reports.PngOpt = None,
 ) -> None:
@@ -45,8 +54,15 @@ def validate(
     result = validate_rows(rows, source, projector)
     title = f"Validation against {Path(data).name}" + (f", source {source}" if source else "")
     reports.write("validate_report", html, png, result, title=title)
+    fits = cell_fits(result.rows) if decompose else []
     if as_json:
-        print(json.dumps(result.to_dict()))
+        out = result.to_dict()
+        if decompose:
+            out["decomposition"] = {
+                "sources": [split.to_dict() for split in by_source(fits)],
+                "cells": [fit.to_dict() for fit in fits],
+            }
+        print(json.dumps(out))
         return
     if report:  # the held-out column belongs to the shipped calibration, not to a profile's projections
         print(markdown_table(result, None if profile else fitted_table().get("held_out_mape_pct")))
@@ -59,6 +75,37 @@ def validate(
         for key, stats in result.mape_by(by).items():
             table.add_row(key, str(stats["n"]), f"{stats['mape_pct']:.1f}", f"{stats['mean_error_pct']:+.1f}")
         console.print(table)
+    if decompose:
+        _print_decomposition(fits, show_rows)
+
+
+def _print_decomposition(fits: list[CellFit], show_rows: bool) -> None:
+    """step = per-step time + micro-batches x time per micro-batch, measured and projected (validate.decompose)."""
+    if not fits:
+        console.print("No runs differ only in the global batch: nothing to decompose.")
+        return
+    if show_rows:
+        cells = Table(title="per cell: per-step time and time per micro-batch, measured / projected")
+        for col in ("cell", "micro-batches", "per step ms", "per micro-batch ms", "error %"):
+            cells.add_column(col)
+        for f in fits:
+            cells.add_row(
+                f.cell,
+                ",".join(map(str, f.microbatches)),
+                f"{1e3 * f.measured_per_step_s:.2f} / {1e3 * f.projected_per_step_s:.2f}",
+                f"{1e3 * f.measured_per_microbatch_s:.2f} / {1e3 * f.projected_per_microbatch_s:.2f}",
+                f"{f.per_microbatch_error_pct:+.1f}",
+            )
+        console.print(cells)
+    for s in by_source(fits):
+        console.print(
+            f"{s.source}: {s.cells} cells ({s.runs} runs) of runs that differ only in the global batch. Time per "
+            f"micro-batch: MAPE {s.per_microbatch_mape_pct:.1f}%, mean error {s.per_microbatch_mean_error_pct:+.1f}%. "
+            f"Per-step time: mean error {1e3 * s.per_step_mean_error_s:+.2f} ms (absolute "
+            f"{1e3 * s.per_step_mean_abs_error_s:.2f} ms), the per-step part being "
+            f"{s.measured_per_step_share_pct:.1f}% of the measured steps. Measured steps depart from their line "
+            f"by at most {s.worst_measured_residual_pct:.2g}%."
+        )
 
 
 def fastest_gap_lines(result: ValidationReport) -> list[str]:

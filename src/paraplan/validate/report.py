@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.errors import ConfigError
 from paraplan.memory.model import MemoryResult
@@ -29,6 +29,9 @@ class RowResult:
     attrs: tuple[tuple[str, str], ...] = ()  # gpu, arch, precision, framework, layout: for error analysis
     global_batch: int = 0
     assumed: tuple[str, ...] = ()  # settings the source leaves out, taken from its framework's defaults
+    microbatches: int = 0  # per pipeline and step (0: a memory row)
+    cell: str = ""  # label of the runs that share everything but the global batch (`paraplan.validate.decompose`)
+    cell_key: tuple = ()  # what they share: source, model, system and the training spec without its global batch
 
     def group_key(self, fixed_batch: bool = False) -> tuple:
         """The ranking group: model, GPU and GPU count, and the global batch too when `fixed_batch`."""
@@ -233,6 +236,13 @@ def _attributes(run: MeasuredRun, memory: MemoryResult) -> tuple[tuple[str, str]
     )
 
 
+def _cell_label(run: MeasuredRun) -> str:
+    t = run.train
+    parts = [("tp", t.tp), ("pp", t.pp), ("vpp", t.vpp), ("cp", t.cp), ("ep", t.ep), ("dp", t.dp), ("mbs", t.mbs)]
+    layout = " ".join(f"{name}{value}" for name, value in parts if value > 1 or name in ("dp", "mbs"))
+    return f"{run.group[0]} / {run.group[1]} x{run.group[2]} / {layout}"
+
+
 def _natural(label: str) -> tuple:
     """Sort key that orders the numbers inside labels by value ("5-16 GPUs" before "17-64 GPUs")."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", label))
@@ -287,6 +297,9 @@ def validate_rows(
                 attrs=_attributes(run, proj.memory),
                 global_batch=run.train.gbs,
                 assumed=run.defaults_used,
+                microbatches=run.train.num_microbatches if run.metric != "memory_gib" else 0,
+                cell=_cell_label(run),
+                cell_key=(run.source, run.model, run.system, replace(run.train, global_batch_size=0)),
             )
         )
     return ValidationReport(results, skipped)
