@@ -84,7 +84,7 @@ def test_deepspeed_zero3_rows_reduce_fp16_gradients_in_fp16(public_csv) -> None:
     assert zero3
     for run in zero3:
         assert run.train.framework == "deepspeed" and run.train.precision == "fp16"
-        assert not run.train.grad_reduce_in_fp32 and "grad_reduce_in_fp32=False" in run.defaults_used
+        assert not run.train.grad_reduce_in_fp32 and "grad_reduce_in_fp32=False" in map(str, run.defaults_used)
 
 
 def test_fastest_gap_and_tau_at_one_global_batch() -> None:
@@ -164,7 +164,7 @@ def test_nemo_and_bridge_rows_reduce_gradients_in_bf16_as_their_performance_scri
     assert runs
     for run in runs:
         assert not run.train.grad_reduce_in_fp32 and run.train.grad_reduce_bytes == 2
-        assert "grad_reduce_in_fp32=False" in run.defaults_used
+        assert "grad_reduce_in_fp32=False" in map(str, run.defaults_used)
 
 
 def test_megatron_lm_2020_rows_use_the_batch_per_model_instance(public_csv) -> None:
@@ -177,7 +177,7 @@ def test_megatron_lm_2020_rows_use_the_batch_per_model_instance(public_csv) -> N
     for row in mlm:
         run = run_from_row(row)
         assert run.train.mbs == int(row["gbs"]) // int(row["dp"]) and run.train.num_microbatches == 1
-        assert any(d.startswith("mbs=") for d in run.defaults_used)
+        assert any(d.key == "mbs" and d.value == "gbs/dp" for d in run.defaults_used)
     other = {**mlm[0], "framework": "nemo-megatron"}
     with pytest.raises(ConfigError, match="missing mbs"):
         run_from_row(other)
@@ -227,9 +227,13 @@ def test_megatron_lm_2020_a100_rows_ran_on_the_40gb_part(public_csv) -> None:
     for row in a100:
         run = run_from_row(row)
         assert run.system.gpu.name == "a100-sxm4-40gb"
-        assert any(d.startswith("gpu_preset=a100-sxm4-40gb (a100-sxm4-80gb was announced") for d in run.defaults_used)
+        assert any(
+            str(d).startswith("gpu_preset=a100-sxm4-40gb (a100-sxm4-80gb was announced") for d in run.defaults_used
+        )
         undated = run_from_row({**row, "source_ref": "no date"})
-        assert undated.system.gpu.name == "a100-sxm4-80gb" and not any("gpu_preset" in d for d in undated.defaults_used)
+        assert undated.system.gpu.name == "a100-sxm4-80gb" and not any(
+            d.key == "gpu_preset" for d in undated.defaults_used
+        )
     later = [r for r in rows if r["source"] == "llm-foundry_MPT_benchmarks" and r["gpu_preset"] == "a100-sxm4-80gb"]
     assert later and all(run_from_row(r).system.gpu.name == r["gpu_preset"] for r in later)
     report = validate_rows(a100)

@@ -89,6 +89,19 @@ FRAMEWORK_DEFAULTS: dict[str, dict[str, object]] = {
 
 
 @dataclass(frozen=True)
+class Assumption:
+    """A setting the row's source leaves out, and what the row is projected with instead."""
+
+    key: str  # a TrainingSpec field, or what was decided ("pipeline split")
+    value: str = ""
+    why: str = ""  # where the choice comes from, when it is not the framework's plain default
+
+    def __str__(self) -> str:
+        text = f"{self.key}={self.value}" if self.value else self.key
+        return f"{text} ({self.why})" if self.why else text
+
+
+@dataclass(frozen=True)
 class MeasuredRun:
     id: str
     source: str
@@ -98,7 +111,7 @@ class MeasuredRun:
     system: SystemSpec
     train: TrainingSpec
     group: tuple[str, str, int]  # (model, gpu, num_gpus): runs whose ordering a tuner must get right
-    defaults_used: tuple[str, ...] = field(default_factory=tuple)
+    defaults_used: tuple[Assumption, ...] = field(default_factory=tuple)
 
 
 def _int(row: dict[str, str], key: str) -> int | None:
@@ -167,7 +180,7 @@ def _pipeline_split(model: ModelSpec, pp: int, chunks: int, preset: str = "") ->
     return {"pipeline_layout": tuple(layout)}
 
 
-def _batch_fill(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+def _batch_fill(row: dict[str, str]) -> tuple[dict[str, str], list[Assumption]]:
     """Megatron-LM before v2.0 (late 2020) had no gradient accumulation: `--batch-size` was the batch of one model
     instance and the global batch that times the data-parallel size (Megatron-LM arguments.py, 2019-2020; today's
     `--global-batch-size` still defaults to micro-batch x dp). An unstated micro-batch is therefore gbs / dp."""
@@ -176,7 +189,7 @@ def _batch_fill(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     gbs, dp = _int(row, "gbs"), _int(row, "dp")
     if gbs is None or dp is None or dp < 1 or gbs % dp:
         return {}, []
-    return {"mbs": str(gbs // dp)}, ["mbs=gbs/dp (Megatron-LM's batch per model instance)"]
+    return {"mbs": str(gbs // dp)}, [Assumption("mbs", "gbs/dp", "Megatron-LM's batch per model instance")]
 
 
 def _source_date(row: dict[str, str]) -> date | None:
@@ -189,14 +202,14 @@ def _source_date(row: dict[str, str]) -> date | None:
         return None
 
 
-def _gpu_preset(row: dict[str, str]) -> tuple[str, list[str]]:
+def _gpu_preset(row: dict[str, str]) -> tuple[str, list[Assumption]]:
     """The row's GPU preset, or the variant of its chip that existed on the source's date (`variant_on`)."""
     name = row["gpu_preset"].strip()
     on = _source_date(row)
     if on is None:
         return name, []
     preset, why = variant_on(name, on)
-    return preset, [f"gpu_preset={preset} ({why})"] if why else []
+    return preset, [Assumption("gpu_preset", preset, why)] if why else []
 
 
 def run_from_row(row: dict[str, str]) -> MeasuredRun:
@@ -210,7 +223,7 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
         raise ConfigError(f"row {row.get('id', '?')}: missing {', '.join(missing)}")
     row = {**row, **fill}
     if incomplete:
-        used.append("projected although the source marks the row incomplete")
+        used.append(Assumption("projected although the source marks the row incomplete"))
     model = _model_from_row(row)
     num_gpus = _int(row, "num_gpus")
     gpu, gpu_used = _gpu_preset(row)
@@ -260,7 +273,7 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
             if framework == "megatron-lm":
                 # the ZeRO-3 baseline of Megatron-LM papers (SC21 Table 2) is DeepSpeed's ZeRO-3
                 values["framework"] = "deepspeed"
-                used.append("framework=deepspeed (ZeRO-3 runs in Megatron-LM papers use DeepSpeed)")
+                used.append(Assumption("framework", "deepspeed", "ZeRO-3 runs in Megatron-LM papers use DeepSpeed"))
         # zero 0 under nemo-megatron keeps the recipes' distributed optimizer (FRAMEWORK_DEFAULTS)
     for key, value in defaults.items():
         if key in values:
@@ -272,14 +285,14 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
         if key == "expert_tensor_parallel_size" and not model.is_moe:
             continue
         values[key] = value
-        used.append(f"{key}={value}")
+        used.append(Assumption(key, str(value)))
     if values.get("fsdp"):
         values.pop("use_distributed_optimizer", None)
     chunks = vpp if vpp > 1 else 1
     recipe_model = (row.get("model_preset") or "").strip() if framework == "nemo-megatron" else ""
     split = _pipeline_split(model, pp, chunks, recipe_model)
     if split:
-        used.append("pipeline split: " + ", ".join(f"{k}" for k in split))
+        used.append(Assumption("pipeline split", " + ".join(split)))
     values.update(split)
     train = TrainingSpec().with_values(**values)
     return MeasuredRun(

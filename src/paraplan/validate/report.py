@@ -11,7 +11,7 @@ from paraplan.errors import ConfigError
 from paraplan.memory.model import MemoryResult
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.result import Projection
-from paraplan.validate.measured import MeasuredRun, run_from_row
+from paraplan.validate.measured import Assumption, MeasuredRun, run_from_row
 
 Projector = Callable[[MeasuredRun], Projection]
 
@@ -28,7 +28,7 @@ class RowResult:
     predicted_step_s: float
     attrs: tuple[tuple[str, str], ...] = ()  # gpu, arch, precision, framework, layout: for error analysis
     global_batch: int = 0
-    assumed: tuple[str, ...] = ()  # settings the source leaves out, taken from its framework's defaults
+    assumed: tuple[Assumption, ...] = ()  # settings the source leaves out, taken from its framework's defaults
     microbatches: int = 0  # per pipeline and step (0: a memory row)
     cell: str = ""  # label of the runs that share everything but the global batch (`paraplan.validate.decompose`)
     cell_key: tuple = ()  # what they share: source, model, system and the training spec without its global batch
@@ -93,12 +93,13 @@ class ValidationReport:
         return gaps
 
     def assumed_by_source(self) -> dict[str, list[str]]:
-        """Per source, each framework default its rows were projected with (the source left the setting out)."""
+        """Per source, each setting its rows were projected with that the source leaves out (a framework's default,
+        or a choice the row's own data implies), with every value the rows took."""
         out: dict[str, dict[str, dict[str, None]]] = defaultdict(dict)
         for r in self.rows:
             for item in r.assumed:
-                key, _, value = item.partition("=")
-                out[r.source].setdefault(key, {})[value] = None
+                value = str(Assumption(item.value, why=item.why)) if item.value else ""
+                out[r.source].setdefault(item.key, {})[value] = None
         return {
             source: [f"{key}={'/'.join(values)}" if any(values) else key for key, values in items.items()]
             for source, items in sorted(out.items())
@@ -126,7 +127,7 @@ class ValidationReport:
                     "measured": r.measured,
                     "predicted": r.predicted,
                     "error_pct": r.error_pct,
-                    "assumed": list(r.assumed),
+                    "assumed": [str(item) for item in r.assumed],
                 }
                 for r in self.rows
             ],
