@@ -229,6 +229,10 @@ def _stage_sums(
     return total
 
 
+def _busy_s(chunk: ChunkCost) -> float:
+    return chunk.forward_s + chunk.backward_input_s + chunk.backward_weight_s
+
+
 def _chunk_cost(
     total: _StageSums,
     train: TrainingSpec,
@@ -275,15 +279,24 @@ def project_specs(
 ) -> Projection:
     options = options or ProjectionOptions()
     train = check(model, system, train)
-    cal = at_scale(options.calibration or calibration_for(system.gpu.name, train.framework), system.num_gpus)
+    base_cal = options.calibration or calibration_for(system.gpu.name, train.framework)
+    cal = at_scale(base_cal, system.num_gpus)
+    # A pipeline's fill and drain pass through each of its stages once, so they run at the chips' typical speed; only
+    # the steady state runs at the pace of the slowest stage, the one with the job's slowest chip (with stage times
+    # T_s: step = sum of T_s + (m - 1) x max T_s). That stage is costed with `cal`, the others with `base_cal`.
+    typical_cal = base_cal if train.pp > 1 else cal
     shard = L.Shard.of(train)
+    typical_key, _ = _context(system, train, typical_cal, options.timer)
     ctx_key, groups = _context(system, train, cal, options.timer)
+    if typical_key not in _CTX_REGISTRY:  # registering the second context cleared the full registry
+        typical_key, _ = _context(system, train, typical_cal, options.timer)
     stages = virtual_stages(model, train)
     chunks = chunks_per_rank(train)
     holder = chunk_model_stage(train.pipeline_schedule, train.pp, train.vpp)
     layer_input_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
 
     sums: dict[Parts, _StageSums] = {}  # stages with the same layers cost the same
+    typical_sums: dict[Parts, _StageSums] = {}
     stage_parts = []
     max_layer_params = 0.0
     max_full_saved = 0.0
@@ -296,20 +309,27 @@ def project_specs(
         stage_parts.append(parts)
         total = sums.get(parts)
         if total is None:
-            if options.measured_blocks:
-                total = _stage_sums(parts, model, shard, ctx_key, options.measured_blocks)
-            else:
-                total = _cached_stage_sums(parts, model, shard, ctx_key)
-            sums[parts] = total
+            for key, into in ((ctx_key, sums), (typical_key, typical_sums)):
+                if options.measured_blocks:
+                    into[parts] = _stage_sums(parts, model, shard, key, options.measured_blocks)
+                else:
+                    into[parts] = _cached_stage_sums(parts, model, shard, key)
+            total = sums[parts]
         max_layer_params = max(max_layer_params, total.max_layer_params)
         max_full_saved = max(max_full_saved, total.max_full_saved)
         flops_model += 3 * total.flops
         flops_hw += 3 * total.flops + total.recompute_flops
     chunk_costs = {parts: _chunk_cost(total, train, system, cal, groups, chunks) for parts, total in sums.items()}
+    typical_costs = {
+        parts: _chunk_cost(total, train, system, typical_cal, groups, chunks) for parts, total in typical_sums.items()
+    }
     stage_costs = [chunk_costs[parts] for parts in stage_parts]
+    typical_stage_costs = [typical_costs[parts] for parts in stage_parts]
     # rank r, local chunk c holds model stage holder[r][c] (DualPipe's second chunk is a copy)
-    grid = tuple(tuple(stage_costs[index][0] for index in row) for row in holder)
-    extras = tuple(tuple(stage_costs[index][1] for index in row) for row in holder)
+    slowest = max(range(len(holder)), key=lambda r: sum(_busy_s(stage_costs[index][0]) for index in holder[r]))
+    ranks_costs = [stage_costs if r == slowest else typical_stage_costs for r in range(len(holder))]
+    grid = tuple(tuple(ranks_costs[r][index][0] for index in row) for r, row in enumerate(holder))
+    extras = tuple(tuple(ranks_costs[r][index][1] for index in row) for r, row in enumerate(holder))
     rank_dense_params = [sum(stage_costs[i][2] for i in row) for row in holder]
     rank_expert_params = [sum(stage_costs[i][3] for i in row) for row in holder]
     p2p_s = _p2p_time(layer_input_bytes, train, shard, system, cal, groups) if train.pp > 1 else 0.0
