@@ -229,6 +229,14 @@ def _stage_sums(
     return total
 
 
+def _stage_sums_of(
+    parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple, measured: Mapping[str, MeasuredBlock] | None
+) -> _StageSums:
+    if measured:
+        return _stage_sums(parts, model, shard, ctx_key, measured)
+    return _cached_stage_sums(parts, model, shard, ctx_key)
+
+
 def _busy_s(chunk: ChunkCost) -> float:
     return chunk.forward_s + chunk.backward_input_s + chunk.backward_weight_s
 
@@ -309,20 +317,24 @@ def project_specs(
         stage_parts.append(parts)
         total = sums.get(parts)
         if total is None:
-            for key, into in ((ctx_key, sums), (typical_key, typical_sums)):
-                if options.measured_blocks:
-                    into[parts] = _stage_sums(parts, model, shard, key, options.measured_blocks)
-                else:
-                    into[parts] = _cached_stage_sums(parts, model, shard, key)
-            total = sums[parts]
+            total = sums[parts] = _stage_sums_of(parts, model, shard, ctx_key, options.measured_blocks)
+            same = typical_key == ctx_key  # one stage, or no spread
+            typical_sums[parts] = (
+                total if same else _stage_sums_of(parts, model, shard, typical_key, options.measured_blocks)
+            )
         max_layer_params = max(max_layer_params, total.max_layer_params)
         max_full_saved = max(max_full_saved, total.max_full_saved)
         flops_model += 3 * total.flops
         flops_hw += 3 * total.flops + total.recompute_flops
     chunk_costs = {parts: _chunk_cost(total, train, system, cal, groups, chunks) for parts, total in sums.items()}
-    typical_costs = {
-        parts: _chunk_cost(total, train, system, typical_cal, groups, chunks) for parts, total in typical_sums.items()
-    }
+    typical_costs = (
+        chunk_costs
+        if typical_key == ctx_key
+        else {
+            parts: _chunk_cost(total, train, system, typical_cal, groups, chunks)
+            for parts, total in typical_sums.items()
+        }
+    )
     stage_costs = [chunk_costs[parts] for parts in stage_parts]
     typical_stage_costs = [typical_costs[parts] for parts in stage_parts]
     # rank r, local chunk c holds model stage holder[r][c] (DualPipe's second chunk is a copy)
