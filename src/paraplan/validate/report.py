@@ -241,7 +241,8 @@ def _cell_label(run: MeasuredRun) -> str:
     t = run.train
     parts = [("tp", t.tp), ("pp", t.pp), ("vpp", t.vpp), ("cp", t.cp), ("ep", t.ep), ("dp", t.dp), ("mbs", t.mbs)]
     layout = " ".join(f"{name}{value}" for name, value in parts if value > 1 or name in ("dp", "mbs"))
-    return f"{run.group[0]} / {run.group[1]} x{run.group[2]} / {layout}"
+    recompute = f" {t.recompute_granularity} recompute" if t.recompute_granularity != "none" else ""
+    return f"{run.group[0]} / {run.group[1]} x{run.group[2]} / {layout} / {t.precision} seq {t.seq}{recompute}"
 
 
 def _natural(label: str) -> tuple:
