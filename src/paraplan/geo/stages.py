@@ -88,11 +88,14 @@ class LayerCosts:
 
 
 @lru_cache(maxsize=512)
-def layer_costs(setup: TrainSetup, system: SystemSpec, tp: int) -> LayerCosts:
+def layer_costs(setup: TrainSetup, system: SystemSpec, tp: int, slowest: bool = True) -> LayerCosts:
+    """slowest: compute at the pace of the slowest of the datacenter's GPUs (`at_scale`), else at the typical
+    speed (the stages of a pipeline but its slowest: `pipeline_stages`)."""
     model = setup.model
     train = setup.spec(tp, 1, 1)
-    # compute at the pace of the slowest of the datacenter's GPUs (`at_scale`)
-    cal = at_scale(calibration_for(system.gpu.name, setup.framework), system.num_gpus)
+    cal = calibration_for(system.gpu.name, setup.framework)
+    if slowest:
+        cal = at_scale(cal, system.num_gpus)
     shard = L.Shard.of(train)
     ctx = BlockContext(system, cal, group_placements(train, system), train.tp_comm_overlap, False)
     layer_input = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
@@ -141,9 +144,18 @@ def _stage_parts(setup: TrainSetup, first: int, n: int) -> tuple[int, int]:
 
 
 def stage_cost(
-    setup: TrainSetup, system: SystemSpec, dc: str, tp: int, first: int, n: int, *, embedding: bool, head: bool
+    setup: TrainSetup,
+    system: SystemSpec,
+    dc: str,
+    tp: int,
+    first: int,
+    n: int,
+    *,
+    embedding: bool,
+    head: bool,
+    slowest: bool = True,
 ) -> StageCost:
-    costs = layer_costs(setup, system, tp)
+    costs = layer_costs(setup, system, tp, slowest)
     dense_n, moe_n = _stage_parts(setup, first, n)
     parts: list[tuple[BlockCost, int]] = [(costs.dense, dense_n)]
     if moe_n:
@@ -224,11 +236,15 @@ def pipeline_stages(
         layout = split_layers(per_layer, extra, setup.model.num_layers)
         if layout is None:
             return None
-    stages, first = [], 0
+    # Only the steady state runs at the pace of the slowest stage (the one with the slowest chip); the fill and drain
+    # pass through the other stages at the typical speed (as `projection.project_specs` has it).
+    slow, typical, first = [], [], 0
     for i, ((dc, system), n) in enumerate(zip(systems, layout, strict=True)):
-        stages.append(stage_cost(setup, system, dc, tp, first, n, embedding=i == 0, head=i == last))
+        for into, slowest in ((slow, True), (typical, False)):
+            into.append(stage_cost(setup, system, dc, tp, first, n, embedding=i == 0, head=i == last, slowest=slowest))
         first += n
-    return tuple(stages)
+    busiest = max(range(len(slow)), key=lambda i: slow[i].total_s)
+    return tuple(slow[i] if i == busiest else typical[i] for i in range(len(slow)))
 
 
 def dp_sync_s(setup: TrainSetup, system: SystemSpec, tp: int, params_per_gpu: float, dp: int) -> tuple[float, float]:
