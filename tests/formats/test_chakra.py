@@ -194,3 +194,27 @@ def test_protobuf_parses_the_files(dense) -> None:
     attrs = {a.name: a for a in send.attr}
     assert attrs["comm_src"].int32_val == 5 and attrs["comm_size"].int64_val == 2 * 512 * 256 // 2
     assert attrs["is_cpu_op"].WhichOneof("value") == "bool_val"  # a false bool is still written
+
+
+def test_only_the_busiest_stage_runs_at_the_slowest_chips_pace(tmp_path: Path) -> None:
+    """As the projection has it: the busiest pipeline stage (here the last, with the LM head) holds the job's slowest
+    chip; the other stages' kernels take their typical time."""
+    from paraplan.cost.calibration import at_scale
+
+    model = ModelSpec(
+        name="mid", num_layers=4, hidden_size=4096, ffn_hidden_size=16384, num_attention_heads=32,
+        num_query_groups=8, vocab_size=128000,
+    )  # fmt: skip
+    system = system_preset("h100-sxm5-80gb", 1024)
+    train = check(model, system, TrainingSpec().with_values(tp=8, pp=2, mbs=1, gbs=128, seq=4096))
+    cal = calibration_for(system.gpu.name, train.framework).with_values(gpu_speed_cv=0.05)
+    last = 1023  # pipeline rank 1
+    out = export_chakra(model, system, train, tmp_path, prefix="mid", calibration=cal, ranks=(0, last))
+    first_rank, last_rank = (read_trace(path) for path in out.paths)
+    qkv = {
+        name: next(n.duration_micros for n in nodes if n.name == name)
+        for name, nodes in (("F.mb0.s0.layer0.qkv", first_rank[1]), ("F.mb0.s1.layer2.qkv", last_rank[1]))
+    }
+    slow = at_scale(cal, 1024).compute_slowdown
+    assert slow > 1.1
+    assert qkv["F.mb0.s1.layer2.qkv"] / qkv["F.mb0.s0.layer0.qkv"] == pytest.approx(slow, rel=0.02)

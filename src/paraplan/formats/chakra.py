@@ -263,6 +263,17 @@ def _layer_recompute(train: TrainingSpec, index_in_chunk: int) -> str:
     return mode
 
 
+def _busiest_pp_rank(model: ModelSpec, system: SystemSpec, train: TrainingSpec, cal: Calibration) -> int:
+    """The pipeline rank with the most forward compute per micro-batch."""
+    shard = L.Shard.of(train)
+    stages = virtual_stages(model, train)
+    busy = [0.0] * train.pp
+    for v, (rank, _) in enumerate(model_stage_ranks(train)):
+        for _, _, ops in _stage_parts(model, shard, train, stages[v]):
+            busy[rank] += sum(compute_time_s(op, system.gpu, cal) for op in ops if op.kind is not OpKind.COMM)
+    return max(range(train.pp), key=busy.__getitem__)
+
+
 def _stage_parts(model: ModelSpec, shard: L.Shard, train: TrainingSpec, stage) -> list[tuple[str, str, list[Op]]]:
     """(part name, recompute mode, forward ops) of one virtual stage in forward order."""
     vocab = L.padded_vocab(model, shard.tp)
@@ -446,7 +457,10 @@ def export_chakra(
         raise ConfigError(
             f"Chakra export plays {', '.join(EXPORTED_SCHEDULES)} schedules, not {train.pipeline_schedule}"
         )
-    cal = at_scale(calibration or calibration_for(system.gpu.name, train.framework), system.num_gpus)
+    base = calibration or calibration_for(system.gpu.name, train.framework)
+    cal = at_scale(base, system.num_gpus)
+    # the busiest stage holds the job's slowest chip, the others run at the typical speed (`projection.project_specs`)
+    slowest = _busiest_pp_rank(model, system, train, cal)
     grid = RankGrid(train.tp, train.cp, train.dp, train.pp, train.ep, train.etp)
     wanted = tuple(range(grid.world)) if ranks is None else ranks
     bad = [r for r in wanted if not 0 <= r < grid.world]
@@ -461,7 +475,7 @@ def export_chakra(
     for rank in wanted:
         pp_rank = grid.coords(rank)[3]
         if pp_rank not in programs:
-            slots = rank_program(model, system, train, pp_rank, cal)
+            slots = rank_program(model, system, train, pp_rank, cal if pp_rank == slowest else base)
             programs[pp_rank] = (slots, [encode_node(s.node) for s in slots])
         slots, cached = programs[pp_rank]
         encoded = (
