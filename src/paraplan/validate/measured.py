@@ -96,9 +96,15 @@ class Assumption:
     value: str = ""
     why: str = ""  # where the choice comes from, when it is not the framework's plain default
 
+    @property
+    def value_text(self) -> str:
+        """The value with where it comes from ("a100-sxm4-40gb (a100-sxm4-80gb was announced ...)")."""
+        return f"{self.value} ({self.why})" if self.why and self.value else self.value
+
     def __str__(self) -> str:
-        text = f"{self.key}={self.value}" if self.value else self.key
-        return f"{text} ({self.why})" if self.why else text
+        if not self.value:
+            return f"{self.key} ({self.why})" if self.why else self.key
+        return f"{self.key}={self.value_text}"
 
 
 @dataclass(frozen=True)

@@ -98,8 +98,7 @@ class ValidationReport:
         out: dict[str, dict[str, dict[str, None]]] = defaultdict(dict)
         for r in self.rows:
             for item in r.assumed:
-                value = str(Assumption(item.value, why=item.why)) if item.value else ""
-                out[r.source].setdefault(item.key, {})[value] = None
+                out[r.source].setdefault(item.key, {})[item.value_text] = None
         return {
             source: [f"{key}={'/'.join(values)}" if any(values) else key for key, values in items.items()]
             for source, items in sorted(out.items())
