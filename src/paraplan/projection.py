@@ -106,11 +106,27 @@ def _context(
     )
     if key not in _CTX_REGISTRY:
         if len(_CTX_REGISTRY) >= _CTX_REGISTRY_LIMIT:
-            _CTX_REGISTRY.clear()
-            _cached_block.cache_clear()
-            _cached_stage_sums.cache_clear()
+            _clear_registry()
         _CTX_REGISTRY[key] = BlockContext(system, cal, block_groups, key[3], key[4], timer)
     return key, groups
+
+
+def _clear_registry() -> None:
+    _CTX_REGISTRY.clear()
+    _cached_block.cache_clear()
+    _cached_stage_sums.cache_clear()
+
+
+def _recalibrated(key: tuple, cal: Calibration) -> tuple:
+    """The key of the same block context (system, groups, overlaps, timer) under another calibration, registered."""
+    new = (key[0], cal, *key[2:])
+    if new not in _CTX_REGISTRY:
+        ctx = _CTX_REGISTRY[key]
+        if len(_CTX_REGISTRY) >= _CTX_REGISTRY_LIMIT - 1:  # room for both
+            _clear_registry()
+            _CTX_REGISTRY[key] = ctx
+        _CTX_REGISTRY[new] = replace(ctx, cal=cal)
+    return new
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,12 +264,18 @@ def _chunk_cost(
     cal: Calibration,
     groups: dict[CommAxis, GroupPlacement],
     chunks: int,
+    like: ChunkCost | None = None,
 ) -> tuple[ChunkCost, ChunkExtras, float, float]:
-    """(what the simulator needs, what the breakdown reports, dense and expert parameters) of one stage."""
+    """(what the simulator needs, what the breakdown reports, dense and expert parameters) of one stage. `like`: the
+    same stage's chunk under another calibration, whose data-parallel collectives (not clock-bound) it reuses."""
     units = max(1, total.num_layers) * (FSDP_TENSORS_PER_LAYER.get(train.framework, 1))
-    dp_grad, dp_gather, fsdp_gather, fsdp_rs = _dp_times(
-        total.dense_params, total.expert_params, train, system, cal, groups, units
-    )
+    if like is None:
+        dp_grad, dp_gather, fsdp_gather, fsdp_rs = _dp_times(
+            total.dense_params, total.expert_params, train, system, cal, groups, units
+        )
+    else:
+        dp_grad, dp_gather = like.dp_grad_reduce_s, like.dp_param_gather_s
+        fsdp_gather, fsdp_rs = like.fsdp_gather_s, like.fsdp_reduce_scatter_s
     params = total.dense_params + total.expert_params
     # ZeRO-3 under recompute: the backward gathers again the share of the weights the recomputed forward released
     refetch = fsdp_gather * total.refetch_params / params if train.refetches_recomputed_params and params else 0.0
@@ -294,10 +316,8 @@ def project_specs(
     # T_s: step = sum of T_s + (m - 1) x max T_s). That stage is costed with `cal`, the others with `base_cal`.
     typical_cal = base_cal if train.pp > 1 else cal
     shard = L.Shard.of(train)
-    typical_key, _ = _context(system, train, typical_cal, options.timer)
     ctx_key, groups = _context(system, train, cal, options.timer)
-    if typical_key not in _CTX_REGISTRY:  # registering the second context cleared the full registry
-        typical_key, _ = _context(system, train, typical_cal, options.timer)
+    typical_key = ctx_key if typical_cal is cal else _recalibrated(ctx_key, typical_cal)
     stages = virtual_stages(model, train)
     chunks = chunks_per_rank(train)
     holder = chunk_model_stage(train.pipeline_schedule, train.pp, train.vpp)
@@ -331,7 +351,7 @@ def project_specs(
         chunk_costs
         if typical_key == ctx_key
         else {
-            parts: _chunk_cost(total, train, system, typical_cal, groups, chunks)
+            parts: _chunk_cost(total, train, system, typical_cal, groups, chunks, chunk_costs[parts][0])
             for parts, total in typical_sums.items()
         }
     )
