@@ -317,14 +317,12 @@ def project_specs(
     typical_cal = base_cal if train.pp > 1 else cal
     shard = L.Shard.of(train)
     ctx_key, groups = _context(system, train, cal, options.timer)
-    typical_key = ctx_key if typical_cal is cal else _recalibrated(ctx_key, typical_cal)
     stages = virtual_stages(model, train)
     chunks = chunks_per_rank(train)
     holder = chunk_model_stage(train.pipeline_schedule, train.pp, train.vpp)
     layer_input_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
 
     sums: dict[Parts, _StageSums] = {}  # stages with the same layers cost the same
-    typical_sums: dict[Parts, _StageSums] = {}
     stage_parts = []
     max_layer_params = 0.0
     max_full_saved = 0.0
@@ -338,23 +336,21 @@ def project_specs(
         total = sums.get(parts)
         if total is None:
             total = sums[parts] = _stage_sums_of(parts, model, shard, ctx_key, options.measured_blocks)
-            same = typical_key == ctx_key  # one stage, or no spread
-            typical_sums[parts] = (
-                total if same else _stage_sums_of(parts, model, shard, typical_key, options.measured_blocks)
-            )
         max_layer_params = max(max_layer_params, total.max_layer_params)
         max_full_saved = max(max_full_saved, total.max_full_saved)
         flops_model += 3 * total.flops
         flops_hw += 3 * total.flops + total.recompute_flops
     chunk_costs = {parts: _chunk_cost(total, train, system, cal, groups, chunks) for parts, total in sums.items()}
-    typical_costs = (
-        chunk_costs
-        if typical_key == ctx_key
-        else {
-            parts: _chunk_cost(total, train, system, typical_cal, groups, chunks, chunk_costs[parts][0])
-            for parts, total in typical_sums.items()
-        }
-    )
+    typical_costs = chunk_costs
+    if typical_cal is not cal:  # more than one stage, and a spread: the other stages at the typical speed
+        typical_key = _recalibrated(ctx_key, typical_cal)
+        typical_costs = {
+            parts: _chunk_cost(
+                _stage_sums_of(parts, model, shard, typical_key, options.measured_blocks),
+                train, system, typical_cal, groups, chunks, chunk_costs[parts][0],
+            )
+            for parts in sums
+        }  # fmt: skip
     stage_costs = [chunk_costs[parts] for parts in stage_parts]
     typical_stage_costs = [typical_costs[parts] for parts in stage_parts]
     # rank r, local chunk c holds model stage holder[r][c] (DualPipe's second chunk is a copy)

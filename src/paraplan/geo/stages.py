@@ -94,8 +94,11 @@ def layer_costs(setup: TrainSetup, system: SystemSpec, tp: int, slowest: bool = 
     model = setup.model
     train = setup.spec(tp, 1, 1)
     cal = calibration_for(system.gpu.name, setup.framework)
+    slowed = at_scale(cal, system.num_gpus)
+    if not slowest and slowed is cal:  # no spread: the same costs
+        return layer_costs(setup, system, tp)
     if slowest:
-        cal = at_scale(cal, system.num_gpus)
+        cal = slowed
     shard = L.Shard.of(train)
     ctx = BlockContext(system, cal, group_placements(train, system), train.tp_comm_overlap, False)
     layer_input = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
@@ -238,13 +241,19 @@ def pipeline_stages(
             return None
     # Only the steady state runs at the pace of the slowest stage (the one with the slowest chip); the fill and drain
     # pass through the other stages at the typical speed (as `projection.project_specs` has it).
-    slow, typical, first = [], [], 0
+    slow, first = [], 0
     for i, ((dc, system), n) in enumerate(zip(systems, layout, strict=True)):
-        for into, slowest in ((slow, True), (typical, False)):
-            into.append(stage_cost(setup, system, dc, tp, first, n, embedding=i == 0, head=i == last, slowest=slowest))
+        slow.append(stage_cost(setup, system, dc, tp, first, n, embedding=i == 0, head=i == last))
         first += n
     busiest = max(range(len(slow)), key=lambda i: slow[i].total_s)
-    return tuple(slow[i] if i == busiest else typical[i] for i in range(len(slow)))
+    return tuple(
+        s
+        if i == busiest
+        else stage_cost(
+            setup, system, s.dc, tp, s.first_layer, s.num_layers, embedding=i == 0, head=i == last, slowest=False
+        )
+        for i, (s, (_, system)) in enumerate(zip(slow, systems, strict=True))
+    )
 
 
 def dp_sync_s(setup: TrainSetup, system: SystemSpec, tp: int, params_per_gpu: float, dp: int) -> tuple[float, float]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -47,18 +47,10 @@ class CellFit:
 
     def to_dict(self) -> dict:
         return {
-            "cell": self.cell,
-            "source": self.source,
-            "runs": self.runs,
+            **asdict(self),
             "microbatches": list(self.microbatches),
-            "measured_per_step_s": self.measured_per_step_s,
-            "measured_per_microbatch_s": self.measured_per_microbatch_s,
-            "projected_per_step_s": self.projected_per_step_s,
-            "projected_per_microbatch_s": self.projected_per_microbatch_s,
             "per_microbatch_error_pct": self.per_microbatch_error_pct,
             "per_step_error_s": self.per_step_error_s,
-            "measured_mean_step_s": self.measured_mean_step_s,
-            "measured_residual_pct": self.measured_residual_pct,
         }
 
 
@@ -78,7 +70,7 @@ class SourceSplit:
     worst_measured_residual_pct: float
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return asdict(self)
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
