@@ -103,11 +103,12 @@ def _context(
         train.tp_comm_overlap,
         train.moe_ep_overlap or train.pipeline_schedule in ("dualpipe", "dualpipev"),
         id(timer) if timer is not None else None,
+        train.tp_async_backward,
     )
     if key not in _CTX_REGISTRY:
         if len(_CTX_REGISTRY) >= _CTX_REGISTRY_LIMIT:
             _clear_registry()
-        _CTX_REGISTRY[key] = BlockContext(system, cal, block_groups, key[3], key[4], timer)
+        _CTX_REGISTRY[key] = BlockContext(system, cal, block_groups, key[3], key[4], timer, key[6])
     return key, groups
 
 

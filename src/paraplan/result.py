@@ -83,6 +83,7 @@ class Projection:
                 "overlap_grad_reduce": t.overlap_grad_reduce,
                 "overlap_param_gather": t.overlap_param_gather,
                 "tp_comm_overlap": t.tp_comm_overlap,
+                "tp_async_backward": t.tp_async_backward,
                 "attention_backend": t.attention_backend,
                 "kernel_fusion": t.kernel_fusion,
                 "cross_entropy_fusion": t.cross_entropy_fusion,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from paraplan.cost.calibration import Calibration
 from paraplan.cost.comm import GroupPlacement, collective_time_s
 from paraplan.cost.compute import compute_time_s
-from paraplan.graph.backward import backward_ops, is_weightless_gemm
+from paraplan.graph.backward import TP_INPUT_GRAD, TP_REGATHER, backward_ops, is_weightless_gemm
 from paraplan.graph.ops import CommAxis, Op, OpKind, Phase
 from paraplan.memory.activations import recomputed_ops, saved_bytes
 from paraplan.specs.system import SystemSpec
@@ -172,6 +172,9 @@ class BlockContext:
     tp_comm_overlap: bool
     ep_overlap: bool
     timer: OpTimer | None = None
+    tp_async_backward: bool = True
+    """A column-parallel linear's input-gradient collective runs while its weight-gradient GEMM does, and its input's
+    second gather (sequence parallel) while its input-gradient GEMM does (`TrainingSpec.tp_async_backward`)."""
 
 
 def _comm_time(op: Op, ctx: BlockContext) -> float:
@@ -185,10 +188,13 @@ class _PhaseTime:
     compute_s: float = 0.0  # GPU compute time, host-launch floor included
     host_bound_s: float = 0.0  # part of compute_s that is the host failing to keep the GPU fed
     attention_s: float = 0.0
+    gemm_s: float = 0.0
     profiled_s: float = 0.0
     comm_total_s: dict[str, float] = field(default_factory=dict)
     comm_exposed_s: dict[str, float] = field(default_factory=dict)
     runahead_s: float = 0.0  # saved when the phase repeats back-to-back (see `_phase_times`)
+    # TP collectives left to run beside the weight-gradient GEMMs ("wgrad") or the input-gradient ones ("dgrad")
+    async_tp_s: dict[str, float] = field(default_factory=dict)
 
 
 def _exposed_fraction(label: str, ctx: BlockContext) -> float | None:
@@ -199,6 +205,17 @@ def _exposed_fraction(label: str, ctx: BlockContext) -> float | None:
     if label == "cp" or (label == "ep" and ctx.ep_overlap):
         return None
     return 1.0
+
+
+def _async_tp_pool(op: Op, label: str, ctx: BlockContext) -> str:
+    """The GEMMs a backward TP collective runs beside ("" when it is waited for in the stream): Megatron's column-
+    parallel linear (`LinearWithGradAccumulationAndAsyncCommunication`, `--async-tensor-model-parallel-allreduce`)
+    and TransformerEngine's Linear launch the input gradient's all-reduce (reduce-scatter under sequence
+    parallelism) asynchronously before the weight-gradient GEMM and wait after it, and the second gather of the
+    sequence-parallel input before the input-gradient GEMM."""
+    if label != "tp" or op.phase is Phase.FORWARD or not ctx.tp_async_backward or not TP_INPUT_GRAD <= op.tags:
+        return ""
+    return "dgrad" if TP_REGATHER <= op.tags else "wgrad"
 
 
 def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> _PhaseTime:
@@ -225,6 +242,10 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
             seconds = _comm_time(op, ctx)
             out.comm_total_s[label] = out.comm_total_s.get(label, 0.0) + seconds
             issued += host_s_per_op
+            beside = _async_tp_pool(op, label, ctx)
+            if beside:
+                out.async_tp_s[beside] = out.async_tp_s.get(beside, 0.0) + seconds
+                continue
             share = _exposed_fraction(label, ctx)
             if share is None:
                 deferred[label] = deferred.get(label, 0.0) + seconds
@@ -249,6 +270,8 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
             finish = max(finish, issued) + seconds
         if op.kind is OpKind.ATTENTION or is_weightless_gemm(op):
             out.attention_s += seconds
+        elif op.kind is OpKind.GEMM:
+            out.gemm_s += seconds
     compute = finish - exposed_in_queue
     for label, total in deferred.items():
         if label == "cp":  # ring exchange overlapped with the attention blocks it feeds
@@ -276,6 +299,12 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
     redo = recomputed_ops(forward, recompute)
     saved = saved_bytes(forward, recompute, layer_input_bytes)
     rec = _phase_times(redo, ctx, host) if redo else _PhaseTime()
+    if bwd.async_tp_s:
+        # the backward's asynchronous TP collectives run while the stream does the weight gradients (and, for the
+        # second gathers, the input gradients) or waits for the host; the stream waits for what outlasts that
+        beside = wgt.compute_s + bwd.host_bound_s + (bwd.gemm_s if "dgrad" in bwd.async_tp_s else 0.0)
+        exposed = max(0.0, sum(bwd.async_tp_s.values()) - beside)
+        bwd.comm_exposed_s["tp"] = bwd.comm_exposed_s.get("tp", 0.0) + exposed
     comm_total: dict[str, float] = {}
     comm_exposed: dict[str, float] = {}
     for phase in (fwd, bwd, rec):

@@ -100,7 +100,14 @@ def layer_costs(setup: TrainSetup, system: SystemSpec, tp: int, slowest: bool = 
     if slowest:
         cal = slowed
     shard = L.Shard.of(train)
-    ctx = BlockContext(system, cal, group_placements(train, system), train.tp_comm_overlap, False)
+    ctx = BlockContext(
+        system,
+        cal,
+        group_placements(train, system),
+        train.tp_comm_overlap,
+        False,
+        tp_async_backward=train.tp_async_backward,
+    )
     layer_input = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
     vocab = L.padded_vocab(model, tp)
 

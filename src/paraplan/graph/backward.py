@@ -4,7 +4,9 @@ A GEMM Y = X W backward is two GEMMs: dX = dY W^T (input gradient, B) and dW = X
 W), each with the forward's FLOPs. Weightless batched matmuls (attention scores and context) have two
 input-gradient GEMMs. Flash attention's backward is one fused kernel with 2.5x the forward FLOPs (Dao
 2023). Memory-bound ops read the saved input and the output gradient and write the input gradient.
-Collectives mirror their forward: all-gather <-> reduce-scatter, all-reduce and all-to-all stay.
+Collectives mirror their forward: all-gather <-> reduce-scatter, all-reduce and all-to-all stay. Under sequence
+parallelism a column-parallel linear keeps only its input's sequence shard, so its backward gathers the input again
+for the weight gradient (Megatron `LinearWithGradAccumulationAndAsyncCommunication`, TransformerEngine's Linear).
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ from dataclasses import replace
 
 from paraplan.graph.ops import CommKind, GemmShape, Op, OpKind, Phase
 
+# A TP collective whose backward is a column-parallel linear's input-gradient collective (`graph.layers`), and the
+# backward's second gather of that linear's sequence-parallel input
+TP_INPUT_GRAD = frozenset({"tp_input_grad"})
+TP_REGATHER = frozenset({"tp_regather"})
 WEIGHTLESS_GEMMS = frozenset({"attn_scores", "attn_context"})
 FLASH_BACKWARD_FLOPS = 2.5
 ELEMENTWISE_BACKWARD_TRAFFIC = 1.5  # read the saved input and the output gradient, write the input gradient
@@ -65,4 +71,7 @@ def backward_ops(op: Op) -> list[Op]:
     assert comm is not None
     factor = 2.0 if comm.kind is CommKind.SEND_RECV else 1.0  # CP: K/V again plus their gradients
     mirrored = replace(comm, kind=_MIRROR[comm.kind], bytes=comm.bytes * factor)
-    return [replace(op, phase=Phase.BACKWARD_INPUT, comm=mirrored, bytes_moved=comm.bytes * factor)]
+    out = [replace(op, phase=Phase.BACKWARD_INPUT, comm=mirrored, bytes_moved=comm.bytes * factor)]
+    if TP_INPUT_GRAD <= op.tags and comm.kind is CommKind.ALL_GATHER:
+        out.append(replace(op, name=f"{op.name}_regather", phase=Phase.BACKWARD_INPUT, tags=op.tags | TP_REGATHER))
+    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paraplan.graph.backward import TP_INPUT_GRAD
 from paraplan.graph.kernels import (
     CROSS_ENTROPY_EAGER_KERNELS,
     SPLIT_GRAD_PASSES,
@@ -170,7 +171,8 @@ def _comm(
 def _tp_enter(name: str, shard: Shard, width: int) -> list[Op]:
     """Entering a TP region: all-gather of the sequence shards under SP (identity otherwise)."""
     if shard.tp > 1 and shard.sp:
-        return [_comm(name, CommKind.ALL_GATHER, CommAxis.TP, shard.tp, shard.act_bytes * shard.tokens * width)]
+        nbytes = shard.act_bytes * shard.tokens * width
+        return [_comm(name, CommKind.ALL_GATHER, CommAxis.TP, shard.tp, nbytes, tags=TP_INPUT_GRAD)]
     return []
 
 
@@ -178,8 +180,12 @@ def _tp_exit(name: str, shard: Shard, width: int) -> list[Op]:
     """Leaving a TP region: reduce-scatter under SP, all-reduce otherwise (Megatron's g operator)."""
     if shard.tp == 1:
         return []
-    kind = CommKind.REDUCE_SCATTER if shard.sp else CommKind.ALL_REDUCE
-    return [_comm(name, kind, CommAxis.TP, shard.tp, shard.act_bytes * shard.tokens * width)]
+    nbytes = shard.act_bytes * shard.tokens * width
+    if shard.sp:
+        return [_comm(name, CommKind.REDUCE_SCATTER, CommAxis.TP, shard.tp, nbytes)]
+    # Without SP the backward all-reduce sits at the next column-parallel linear's input (Megatron's f operator),
+    # not here (g's backward is the identity): the same bytes, one per region, so this one stands in for it.
+    return [_comm(name, CommKind.ALL_REDUCE, CommAxis.TP, shard.tp, nbytes, tags=TP_INPUT_GRAD)]
 
 
 def _norm(name: str, model: ModelSpec, shard: Shard) -> Op:

@@ -48,7 +48,14 @@ class Source:
 def analytic_block(kind: str, plan: BenchPlan, shard: L.Shard, system: SystemSpec, cal: Calibration) -> BlockCost:
     train = plan.train
     ep_overlap = train.moe_ep_overlap or train.pipeline_schedule in ("dualpipe", "dualpipev")
-    ctx = BlockContext(system, cal, group_placements(train, system), train.tp_comm_overlap, ep_overlap)
+    ctx = BlockContext(
+        system,
+        cal,
+        group_placements(train, system),
+        train.tp_comm_overlap,
+        ep_overlap,
+        tp_async_backward=train.tp_async_backward,
+    )
     layer_input = L.ACT_BYTES * shard.tokens * plan.model.hidden_size / shard.sp_div
     return block_cost(block_ops(kind, plan.model, shard), "none", ctx, layer_input)
 

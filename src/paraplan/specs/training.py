@@ -79,6 +79,12 @@ class TrainingSpec:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    tp_async_backward: bool = True
+    """The backward's tensor-parallel collective of a column-parallel linear's input gradient (all-reduce, or
+    reduce-scatter under SP) runs beside its weight-gradient GEMM, and the second gather of its sequence-parallel
+    input beside its input-gradient GEMM, as Megatron-LM has done since late 2021 (`--async-tensor-model-parallel-
+    allreduce`, on by default, later always) and TransformerEngine does. False: the stream waits for them (the
+    Megatron-LM of the 2020-21 papers)."""
     moe_ep_overlap: bool = False
     """Overlap the EP all-to-all with other compute (DualPipe-style, or Megatron's
     `--overlap-moe-expert-parallel-comm`)."""

@@ -200,12 +200,31 @@ def _batch_fill(row: dict[str, str]) -> tuple[dict[str, str], list[Assumption]]:
 
 def _source_date(row: dict[str, str]) -> date | None:
     """The date a row's source gives for itself: the first ISO date in `source_ref` (a commit's date, for rows read
-    from a repository), None when it gives none."""
-    found = re.search(r"\b\d{4}-\d{2}-\d{2}\b", row.get("source_ref") or "")
+    from a repository), else the month of its arXiv identifier (arXiv 2104.04473: April 2021), None when it gives
+    neither."""
+    ref = row.get("source_ref") or ""
+    found = re.search(r"\b\d{4}-\d{2}-\d{2}\b", ref)
     try:
-        return date.fromisoformat(found.group(0)) if found else None
+        if found:
+            return date.fromisoformat(found.group(0))
+        arxiv = re.search(r"\barXiv[: ]+(\d{2})(\d{2})\.\d{4,5}\b", ref)
+        return date(2000 + int(arxiv.group(1)), int(arxiv.group(2)), 1) if arxiv else None
     except ValueError:  # not a calendar day (2020-13-45)
         return None
+
+
+# Megatron-LM overlaps the backward's tensor-parallel all-reduce with the weight-gradient GEMM from late 2021
+# (`--async-tensor-model-parallel-allreduce`, on by default; Korthikanti et al. 2022 build sequence parallelism's
+# asynchronous reduce-scatter on it); the runs of the 2020 and 2021 papers predate it.
+MEGATRON_ASYNC_TP_FROM = date(2022, 1, 1)
+
+
+def _async_tp(row: dict[str, str]) -> list[Assumption]:
+    """Megatron-LM rows older than its asynchronous backward TP collective: the stream waits for them."""
+    on = _source_date(row)
+    if row["framework"].strip() != "megatron-lm" or on is None or on >= MEGATRON_ASYNC_TP_FROM:
+        return []
+    return [Assumption("tp_async_backward", "False", f"Megatron-LM before {MEGATRON_ASYNC_TP_FROM:%Y}")]
 
 
 def _gpu_preset(row: dict[str, str]) -> tuple[str, list[Assumption]]:
@@ -294,6 +313,9 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
         used.append(Assumption(key, str(value)))
     if values.get("fsdp"):
         values.pop("use_distributed_optimizer", None)
+    for item in _async_tp(row):
+        values[item.key] = False
+        used.append(item)
     chunks = vpp if vpp > 1 else 1
     recipe_model = (row.get("model_preset") or "").strip() if framework == "nemo-megatron" else ""
     split = _pipeline_split(model, pp, chunks, recipe_model)
