@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
+from typer.testing import CliRunner
 
+from paraplan.cli.main import app
 from paraplan.cost.block import BlockContext, block_cost
 from paraplan.cost.calibration import calibration_for
 from paraplan.graph import layers as L
@@ -115,3 +118,13 @@ def test_megatron_lm_rows_before_2022_wait_for_the_collective(public_csv) -> Non
         run = run_from_row(first[source])
         assert run.train.tp_async_backward is value, source
         assert any(a.key == "tp_async_backward" for a in run.defaults_used) is (not value), source
+
+
+def test_cli_switch() -> None:
+    """`paraplan project --no-tp-async-backward` projects the synchronous collectives (slower at tp 8) and says so."""
+    args = ["project", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "64", "--tp", "8", "--pp", "8",
+            "--gbs", "64", "--seq", "2048", "--recompute", "full", "--json"]  # fmt: skip
+    runner = CliRunner()
+    on, off = (json.loads(runner.invoke(app, args + extra).output) for extra in ([], ["--no-tp-async-backward"]))
+    assert on["config"]["tp_async_backward"] is True and off["config"]["tp_async_backward"] is False
+    assert off["step_time_s"] > on["step_time_s"]

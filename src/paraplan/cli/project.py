@@ -66,6 +66,13 @@ def _projection_command(
     overlap_grad_reduce: Annotated[bool | None, Opt("--overlap-grad-reduce/--no-overlap-grad-reduce")] = None,
     overlap_param_gather: Annotated[bool | None, Opt("--overlap-param-gather/--no-overlap-param-gather")] = None,
     tp_comm_overlap: Annotated[bool | None, Opt("--tp-comm-overlap/--no-tp-comm-overlap")] = None,
+    tp_async_backward: Annotated[
+        bool | None,
+        Opt(
+            "--tp-async-backward/--no-tp-async-backward",
+            help="backward TP collectives beside the GEMMs (Megatron since late 2021, TransformerEngine)",
+        ),
+    ] = None,
     ep_overlap: Annotated[bool | None, Opt("--ep-overlap/--no-ep-overlap")] = None,
     moe_dispatcher: MoeDispatcherOpt = None,
     precision: Annotated[str | None, Opt("--precision", help="fp16 bf16 fp8 fp8_cs fp8_blockwise mxfp8 nvfp4")] = None,
@@ -198,6 +205,7 @@ def _projection_command(
             overlap_grad_reduce=overlap_grad_reduce,
             overlap_param_gather=overlap_param_gather,
             tp_comm_overlap=tp_comm_overlap,
+            tp_async_backward=tp_async_backward,
             moe_ep_overlap=ep_overlap,
             moe_token_dispatcher_type=moe_dispatcher,
             precision=precision,
