@@ -60,3 +60,21 @@ def test_eager_training_projects_slower_and_says_so() -> None:
     eager = paraplan.project("llama3.1-8b", "h100-sxm5-80gb", kernel_fusion=False, **kwargs)
     assert 1.03 < eager.step_time_s / fused.step_time_s < 1.30
     assert eager.to_dict()["config"]["kernel_fusion"] is False
+
+
+def test_bias_dropout_add_is_one_kernel_when_fused() -> None:
+    """A model with dropout: Megatron's fused bias-dropout-add reads the sublayer's output and the residual and writes
+    the sum and the 1-byte mask (7 bytes per element in 16 bits); its backward reads the gradient and the mask, writes
+    the sublayer's gradient and sums the residual stream's two gradients (11). Eager: a dropout kernel, then an add."""
+    gpt = MODEL.with_overrides(dropout=True)
+    shard = L.Shard.of(TrainingSpec(micro_batch_size=2, global_batch_size=2, seq_length=128))
+    elems = 2 * 128 * 512
+    fused = {op.name: op for op in L.decoder_layer_ops(gpt, shard, moe=False)}
+    residual = fused["mlp_residual"]
+    assert "mlp_residual_dropout" not in fused
+    assert residual.bytes_moved == 7 * elems and residual.host_ops == 1
+    (backward,) = backward_ops(residual)
+    assert backward.bytes_moved == 11 * elems
+    eager_shard = L.Shard.of(TrainingSpec(micro_batch_size=2, global_batch_size=2, seq_length=128, kernel_fusion=False))
+    eager = {op.name: op for op in L.decoder_layer_ops(gpt, eager_shard, moe=False)}
+    assert eager["mlp_residual_dropout"].bytes_moved + eager["mlp_residual"].bytes_moved == 10 * elems

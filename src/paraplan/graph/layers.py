@@ -213,7 +213,20 @@ def _split_grad(name: str, shard: Shard, elems: float, count: int = 1, tags=froz
 
 
 def _residual(name: str, model: ModelSpec, shard: Shard) -> list[Op]:
+    """The residual add after a sublayer, with the sublayer's dropout when the model has one. Megatron fuses the
+    bias, the dropout and the add into one kernel (`bias_dropout_add_fused_train`, `--bias-dropout-fusion`, on by
+    default): read the sublayer's output and the residual, write the sum and the 1-byte mask; its backward reads the
+    gradient and the mask and writes the sublayer's gradient, and the residual stream's two gradients are summed
+    (read 2, write 1). Eager PyTorch runs a dropout kernel, then an add."""
     elems = shard.tokens * model.hidden_size / shard.sp_div
+    if model.dropout and shard.fused:
+        act = shard.act_bytes
+        return [
+            _elementwise(
+                shard, name, (3 * act + MASK_BYTES) * elems, saved=MASK_BYTES * elems, flops=2 * elems,
+                backward_bytes=(2 * act + MASK_BYTES + 3 * act) * elems,
+            )
+        ]  # fmt: skip
     ops = []
     if model.dropout:
         ops.append(_elementwise(shard, f"{name}_dropout", 2 * shard.act_bytes * elems, saved=MASK_BYTES * elems))
