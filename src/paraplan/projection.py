@@ -280,9 +280,14 @@ def _chunk_cost(
     params = total.dense_params + total.expert_params
     # ZeRO-3 under recompute: the backward gathers again the share of the weights the recomputed forward released
     refetch = fsdp_gather * total.refetch_params / params if train.refetches_recomputed_params and params else 0.0
+    # prefetched FSDP collectives slow the compute they run beside (`Calibration.overlap_interference`)
+    slow_f = slow_b = 0.0
+    if not train.gathers_on_demand:
+        slow_f = cal.overlap_interference * min(fsdp_gather, total.f)
+        slow_b = cal.overlap_interference * min(fsdp_gather + refetch + fsdp_rs, total.b + total.w)
     chunk = ChunkCost(
-        forward_s=total.f + cal.microbatch_overhead_s / chunks,
-        backward_input_s=total.b,
+        forward_s=total.f + slow_f + cal.microbatch_overhead_s / chunks,
+        backward_input_s=total.b + slow_b,
         backward_weight_s=total.w,
         comm_total_s=total.comm_total,
         comm_exposed_s=total.comm_exposed,

@@ -273,14 +273,16 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
         elif op.kind is OpKind.GEMM:
             out.gemm_s += seconds
     compute = finish - exposed_in_queue
+    hidden = 0.0
     for label, total in deferred.items():
         if label == "cp":  # ring exchange overlapped with the attention blocks it feeds
             exposed = max(0.0, total - out.attention_s)
         else:  # EP all-to-all hidden behind another micro-batch's compute
             exposed = max(0.0, total - 0.8 * (compute - out.attention_s))
         out.comm_exposed_s[label] = out.comm_exposed_s.get(label, 0.0) + exposed
+        hidden += total - exposed
     out.host_bound_s = max(0.0, compute - gpu)
-    out.compute_s = compute
+    out.compute_s = compute + ctx.cal.overlap_interference * hidden
     out.runahead_s = 0.0 if synced else max(0.0, finish - max(issued, gpu + exposed_in_queue))
     return out
 
@@ -302,9 +304,12 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
     if bwd.async_tp_s:
         # the backward's asynchronous TP collectives run while the stream does the weight gradients (and, for the
         # second gathers, the input gradients) or waits for the host; the stream waits for what outlasts that
-        beside = wgt.compute_s + bwd.host_bound_s + (bwd.gemm_s if "dgrad" in bwd.async_tp_s else 0.0)
-        exposed = max(0.0, sum(bwd.async_tp_s.values()) - beside)
+        gemms = wgt.compute_s + (bwd.gemm_s if "dgrad" in bwd.async_tp_s else 0.0)
+        total = sum(bwd.async_tp_s.values())
+        exposed = max(0.0, total - gemms - bwd.host_bound_s)
         bwd.comm_exposed_s["tp"] = bwd.comm_exposed_s.get("tp", 0.0) + exposed
+        # the GEMMs they run beside share the SMs and HBM with NCCL's kernels
+        wgt.compute_s += ctx.cal.overlap_interference * min(total, gemms)
     comm_total: dict[str, float] = {}
     comm_exposed: dict[str, float] = {}
     for phase in (fwd, bwd, rec):

@@ -46,6 +46,12 @@ class Calibration:
     """Bus-bandwidth fraction NCCL reaches on InfiniBand/RoCE for large messages."""
     comm_half_bytes: float = 4e6
     """Message size at which a collective reaches half its large-message bandwidth (NCCL-tests curves)."""
+    overlap_interference: float = 0.15
+    """Compute time added per second of communication hidden under it: NCCL's kernels take SMs (one CTA per
+    channel, 16-32 on NVLink and IB) and HBM bandwidth from the kernels they overlap, which run 10-40% slower
+    meanwhile (Rashidi et al., ISCA'21, "ACE"; Pati et al., ASPLOS'24, "T3": a GEMM beside a concurrent
+    reduce-scatter). Applied to the collectives the model hides: FSDP's prefetched gathers and reduce-scatters,
+    the asynchronous backward TP collectives, the CP ring and the overlapped EP all-to-all."""
     tp_overlap_exposed: float = 0.3
     """Fraction of TP communication left exposed with userbuffer overlap (`tp_comm_overlap`)."""
     optimizer_bytes_per_param: float = 36.0

@@ -31,13 +31,18 @@ from paraplan.validate.report import validate_rows
 # that nccl-tests measure (all-reduce bus bandwidth: 0.75-0.85 of the link on DGX A100 and H100), so it is trusted
 # four times more (width 0.25): at width 1 a single outlier row (Megatron-Bridge's Qwen3-30B-A3B on 16 H100) took
 # Hopper's to 0.59; at 0.25 every family's fits at 0.74-0.77 and the held-out error is lower (8.65% -> 8.59%).
+# It is also bounded to the range nccl-tests span (0.7-0.9): when the fused bias-dropout-add made Megatron's
+# layers faster, the fit took Ampere's to 0.69 to slow its TP runs back down (vTrain's single-node tp-only
+# runs, projected 4% too fast, preferred it), a value no NVLink measurement shows; what those runs lack is not
+# slower NVLink, and the bound leaves it visible as their error.
 PARAMETERS: tuple[tuple[str, str, float, float, float], ...] = (
     ("gemm_efficiency", "family", 0.3, 0.95, 1.0),
     ("fp8_gemm_efficiency", "family", 0.2, 0.9, 1.0),
     ("attention_efficiency", "family", 0.15, 0.9, 1.0),
     ("attention_backward_efficiency", "family", 0.1, 0.9, 1.0),
-    ("scale_up_efficiency", "family", 0.3, 0.95, 0.25),
+    ("scale_up_efficiency", "family", 0.7, 0.9, 0.25),
     ("gpu_speed_cv", "family", 0.003, 0.15, 1.0),
+    ("overlap_interference", "family", 0.01, 0.8, 1.0),
     ("host_launch_s", "framework", 2e-6, 1e-4, 1.0),
     ("step_overhead_s", "framework", 1e-3, 1.0, 6.0),
     ("microbatch_overhead_s", "framework", 1e-5, 0.05, 6.0),
@@ -81,7 +86,20 @@ def _relevant_keys(constant: str, scope: str, runs: Sequence[MeasuredRun]) -> se
             keys.add(family_of(run.system.gpu.name))
         elif constant == "scale_up_efficiency" and run.train.tp * run.train.ep * run.train.cp > 1:
             keys.add(family_of(run.system.gpu.name))
+        elif constant == "overlap_interference" and _hides_comm(run):
+            keys.add(family_of(run.system.gpu.name))
     return keys
+
+
+def _hides_comm(run: MeasuredRun) -> bool:
+    """Whether the model hides some of the run's collectives under compute (see `overlap_interference`)."""
+    train = run.train
+    return (
+        (train.shards_params and not train.gathers_on_demand)
+        or train.cp > 1
+        or train.ep > 1
+        or (train.tp > 1 and train.tp_async_backward)
+    )
 
 
 def _identifiable(constant: str, framework: str, runs: Sequence[MeasuredRun]) -> bool:
