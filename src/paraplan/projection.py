@@ -202,6 +202,7 @@ class _StageSums:
     max_layer_params: float = 0.0
     max_full_saved: float = 0.0
     refetch_params: float = 0.0
+    interference: float = 0.0
 
 
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)  # a tuner run meets a few thousand stages; each entry is small
@@ -238,6 +239,7 @@ def _stage_sums(
         total.profiled += cost.profiled_s * count
         total.host += cost.host_bound_s * count - runahead_s(cost, count)
         total.forward_exposed += cost.forward_comm_exposed_s * count
+        total.interference += sum(cost.interference_s) * count
         if kind in ("dense", "moe"):
             total.num_layers += count
             total.max_layer_params = max(total.max_layer_params, cost.dense_params + cost.expert_params)
@@ -306,6 +308,7 @@ def _chunk_cost(
         profiled_s=total.profiled,
         measured_s=total.measured,
         forward_comm_exposed_s=total.forward_exposed,
+        interference_s=total.interference + slow_f + slow_b,
     )
     return chunk, extra, total.dense_params, total.expert_params
 

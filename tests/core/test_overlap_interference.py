@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 from gpt_model import gpt
 
-from paraplan.cost.block import BlockContext, block_cost
+from paraplan.cost.block import BlockContext, MeasuredBlock, block_cost, with_measured_compute
 from paraplan.cost.calibration import calibration_for
 from paraplan.graph import layers as L
 from paraplan.projection import ProjectionOptions, group_placements, project_specs
-from paraplan.specs.presets import system_preset
+from paraplan.specs.presets import model_preset, system_preset
 from paraplan.specs.training import TrainingSpec
 
 
@@ -26,7 +26,7 @@ def _fsdp(framework: str, interference: float):
 
 
 def _compute_s(proj) -> float:
-    return sum(proj.breakdown[k] for k in ("forward_compute", "backward_compute", "recompute"))
+    return sum(proj.breakdown[k] for k in ("forward_compute", "backward_compute", "recompute", "comm_interference"))
 
 
 def test_prefetched_fsdp_collectives_slow_the_compute_they_hide_under() -> None:
@@ -59,3 +59,31 @@ def test_asynchronous_tp_collectives_slow_the_weight_gradient_gemms() -> None:
     assert slowed.backward_weight_s - clean.backward_weight_s == pytest.approx(0.3 * hidden, rel=1e-9)
     assert (slowed.forward_s, slowed.backward_input_s) == (clean.forward_s, clean.backward_input_s)
     assert _layer(0.3, tp_async=False) == _layer(0.0, tp_async=False)
+
+
+def test_the_breakdown_names_the_interference_apart_from_the_compute() -> None:
+    """Llama 3.1 8B at tp 4 with SP on 16 H100: the slowdown is its own part of the step, the parts still add up to
+    the step, and without interference the part is zero and the compute parts are what they were."""
+    model, system = model_preset("llama3.1-8b"), system_preset("h100-sxm5-80gb", 16)
+    train = TrainingSpec(seq_length=8192, global_batch_size=64).with_values(tp=4, sp=True)
+    base = calibration_for(system.gpu.name)
+    clean, slowed = (
+        project_specs(model, system, train, ProjectionOptions(calibration=base.with_values(overlap_interference=f)))
+        for f in (0.0, 0.3)
+    )
+    assert clean.breakdown["comm_interference"] == 0.0
+    assert slowed.breakdown["comm_interference"] > 0.01 * slowed.step_time_s
+    assert sum(slowed.breakdown.values()) == pytest.approx(slowed.step_time_s, rel=1e-9)
+    compute = ("forward_compute", "backward_compute")
+    assert sum(slowed.breakdown[k] for k in compute) == pytest.approx(sum(clean.breakdown[k] for k in compute))
+
+
+def test_measured_blocks_keep_the_modelled_interference() -> None:
+    """A block measured alone on one device ran without the cluster's collectives beside it: the hybrid projection
+    adds their modelled slowdown to its measured times."""
+    cost = _layer(0.3)
+    slow_f, slow_b, slow_w = cost.interference_s
+    assert slow_w > 0
+    measured = with_measured_compute(cost, MeasuredBlock(1.0, 2.0, 3.0))
+    assert measured.backward_weight_s == pytest.approx(3.0 + slow_w)
+    assert measured.forward_s == pytest.approx(1.0 + cost.forward_comm_exposed_s + slow_f)

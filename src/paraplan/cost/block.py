@@ -62,6 +62,9 @@ class BlockCost:
     backward_weight_runahead_s: float = 0.0
     recompute_runahead_s: float = 0.0  # the recompute's part of backward_input_runahead_s
     measured: bool = False  # compute times come from a real run of this block (hybrid projection)
+    # compute time that hidden collectives add (`Calibration.overlap_interference`) to the forward, the backward
+    # input and the weight gradients (inside the times above; the recompute's stays inside recompute_s)
+    interference_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +86,13 @@ def with_measured_compute(cost: BlockCost, measured: MeasuredBlock) -> BlockCost
     recompute_compute = measured.forward_s * share
     recompute_comm = cost.recompute_s - cost.recompute_compute_s
     recompute = recompute_compute + recompute_comm if cost.recompute_s > 0 else 0.0
+    # measured alone on one device: the slowdown that the cluster's hidden collectives add stays modelled
+    slow_f, slow_b, slow_w = cost.interference_s
     return replace(
         cost,
-        forward_s=measured.forward_s + cost.forward_comm_exposed_s,
-        backward_input_s=measured.backward_input_s + cost.backward_comm_exposed_s - recompute_comm + recompute,
-        backward_weight_s=measured.backward_weight_s,
+        forward_s=measured.forward_s + cost.forward_comm_exposed_s + slow_f,
+        backward_input_s=measured.backward_input_s + cost.backward_comm_exposed_s - recompute_comm + recompute + slow_b,
+        backward_weight_s=measured.backward_weight_s + slow_w,
         recompute_s=recompute,
         recompute_compute_s=recompute_compute,
         profiled_s=0.0,
@@ -195,6 +200,7 @@ class _PhaseTime:
     runahead_s: float = 0.0  # saved when the phase repeats back-to-back (see `_phase_times`)
     # TP collectives left to run beside the weight-gradient GEMMs ("wgrad") or the input-gradient ones ("dgrad")
     async_tp_s: dict[str, float] = field(default_factory=dict)
+    interference_s: float = 0.0  # inside compute_s: what the collectives hidden under it add
 
 
 def _exposed_fraction(label: str, ctx: BlockContext) -> float | None:
@@ -282,7 +288,8 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
         out.comm_exposed_s[label] = out.comm_exposed_s.get(label, 0.0) + exposed
         hidden += total - exposed
     out.host_bound_s = max(0.0, compute - gpu)
-    out.compute_s = compute + ctx.cal.overlap_interference * hidden
+    out.interference_s = ctx.cal.overlap_interference * hidden
+    out.compute_s = compute + out.interference_s
     out.runahead_s = 0.0 if synced else max(0.0, finish - max(issued, gpu + exposed_in_queue))
     return out
 
@@ -309,7 +316,8 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
         exposed = max(0.0, total - gemms - bwd.host_bound_s)
         bwd.comm_exposed_s["tp"] = bwd.comm_exposed_s.get("tp", 0.0) + exposed
         # the GEMMs they run beside share the SMs and HBM with NCCL's kernels
-        wgt.compute_s += ctx.cal.overlap_interference * min(total, gemms)
+        wgt.interference_s = ctx.cal.overlap_interference * min(total, gemms)
+        wgt.compute_s += wgt.interference_s
     comm_total: dict[str, float] = {}
     comm_exposed: dict[str, float] = {}
     for phase in (fwd, bwd, rec):
@@ -347,4 +355,5 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
         backward_input_runahead_s=bwd.runahead_s + rec.runahead_s,
         backward_weight_runahead_s=wgt.runahead_s,
         recompute_runahead_s=rec.runahead_s,
+        interference_s=(fwd.interference_s, bwd.interference_s, wgt.interference_s),
     )

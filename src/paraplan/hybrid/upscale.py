@@ -167,6 +167,8 @@ def breakdown_sources(
             sources[part] = compute
         elif part == "recompute":
             sources[part] = Source(compute.origin, "the measured forward, run again in backward")
+        elif part == "comm_interference":
+            sources[part] = Source(SIMULATED, "compute slowed by the collectives hidden under it (calibrated constant)")
         elif part == "host_launch_bound":
             sources[part] = Source(SIMULATED, "analytic host-launch model (inside the measured times when measured)")
         elif part.endswith("_comm_exposed"):

@@ -23,6 +23,7 @@ class ChunkExtras:
     profiled_s: float = 0.0  # compute time that came from a fitted profile
     measured_s: float = 0.0  # compute time that came from a real run (hybrid projection)
     forward_comm_exposed_s: float = 0.0  # exposed intra-layer communication inside the forward time
+    interference_s: float = 0.0  # compute time that hidden collectives add, inside the compute times
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +70,16 @@ def outcome_from(
     backward = m * sum(c.backward_input_s + c.backward_weight_s for c in row)
     recompute = m * sum(c.recompute_s for c in row)
     host = m * sum(e.host_bound_s for e in extras[r])
+    interference = m * sum(e.interference_s for e in extras[r])
     profiled = m * sum(e.profiled_s for e in extras[r])
     measured = m * sum(e.measured_s for e in extras[r])
     exposed_inside = m * sum(sum(c.comm_exposed_s.values()) for c in row)
     forward_exposed = m * sum(e.forward_comm_exposed_s for e in extras[r])
     busy = forward + backward
     step = sim.step_time_s + step_overhead_s
-    breakdown = _parts(sim, step, step_overhead_s, forward - forward_exposed, busy, recompute, host, exposed_inside)
+    breakdown = _parts(
+        sim, step, step_overhead_s, forward - forward_exposed, busy, recompute, (host, interference), exposed_inside
+    )
     return PipelineOutcome(
         step_time_s=step,
         pipeline_time_s=sim.pipeline_time_s,
@@ -102,11 +106,12 @@ def _parts(
     forward: float,
     busy: float,
     recompute: float,
-    host: float,
+    host_and_interference: tuple[float, float],
     exposed_inside: float,
 ) -> dict[str, float]:
     """`forward`: the forward's compute-stream time without its exposed communication; `busy`: forward and backward
-    with all of it (`exposed_inside`)."""
+    with all of it (`exposed_inside`); `host_and_interference`: the host's launch waits and what hidden collectives
+    add to the compute (`Calibration.overlap_interference`), both inside `busy`."""
     if not sim.breakdown_s:
         return {}
     breakdown: dict[str, float] = {}
@@ -117,12 +122,14 @@ def _parts(
     compute_total = sum(sim_parts.pop(k) for k in compute_keys)
     own_compute = busy - exposed_inside
     scale = compute_total / own_compute if own_compute > 0 else 1.0
-    pure = max(0.0, own_compute - recompute - host)
+    host, interference = host_and_interference
+    pure = max(0.0, own_compute - recompute - host - interference)
     fwd_share = forward / own_compute if own_compute > 0 else 0.0  # the forward's share of the compute alone
     breakdown["forward_compute"] = pure * fwd_share * scale
     breakdown["backward_compute"] = pure * (1 - fwd_share) * scale
     breakdown["recompute"] = recompute * scale
     breakdown["host_launch_bound"] = host * scale
+    breakdown["comm_interference"] = interference * scale
     breakdown.update(sim_parts)
     breakdown["framework_overhead"] = step_overhead_s
     # the parts must add up to the step: put any rounding residue into the bubble (tiny by construction)
