@@ -41,24 +41,27 @@ def test_prefetched_fsdp_collectives_slow_the_compute_they_hide_under() -> None:
     assert _fsdp("deepspeed", 0.3).step_time_s == _fsdp("deepspeed", 0.0).step_time_s
 
 
-def _layer(interference: float, tp_async: bool = True):
+def _layer(interference: float, tp_async: bool = True, userbuffers: bool = False):
     model = gpt(6144)
     train = TrainingSpec().with_values(tp=8, dp=1, mbs=4, gbs=4, seq=2048, tp_async_backward=tp_async)
     system = system_preset("a100-sxm4-80gb", 8)
     cal = replace(calibration_for(system.gpu.name), overlap_interference=interference)
-    ctx = BlockContext(system, cal, group_placements(train, system), False, False, tp_async_backward=tp_async)
+    ctx = BlockContext(system, cal, group_placements(train, system), userbuffers, False, tp_async_backward=tp_async)
     return block_cost(L.decoder_layer_ops(model, L.Shard.of(train), moe=False), "none", ctx)
 
 
 def test_asynchronous_tp_collectives_slow_the_weight_gradient_gemms() -> None:
     """A 6144-wide layer at tp 8: the backward's two all-reduces hide under the weight-gradient GEMMs, which take
-    the interference times their length longer; a synchronous backward waits for them and is not slowed."""
+    the interference times their length longer; a synchronous backward waits for them and is not slowed, nor are
+    the GEMMs beside userbuffer collectives."""
     clean, slowed = _layer(0.0), _layer(0.3)
     hidden = clean.comm_total_s["tp"] / 2  # the backward's all-reduces move what the forward's do
     assert clean.comm_exposed_s["tp"] == pytest.approx(clean.comm_total_s["tp"] / 2)  # the forward's, in the stream
     assert slowed.backward_weight_s - clean.backward_weight_s == pytest.approx(0.3 * hidden, rel=1e-9)
     assert (slowed.forward_s, slowed.backward_input_s) == (clean.forward_s, clean.backward_input_s)
     assert _layer(0.3, tp_async=False) == _layer(0.0, tp_async=False)
+    # TransformerEngine's userbuffers (tp_comm_overlap) move them on a few SMs or the copy engines, not NCCL's
+    assert _layer(0.3, userbuffers=True) == _layer(0.0, userbuffers=True)
 
 
 def test_the_breakdown_names_the_interference_apart_from_the_compute() -> None:

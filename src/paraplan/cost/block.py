@@ -315,9 +315,11 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
         total = sum(bwd.async_tp_s.values())
         exposed = max(0.0, total - gemms - bwd.host_bound_s)
         bwd.comm_exposed_s["tp"] = bwd.comm_exposed_s.get("tp", 0.0) + exposed
-        # the GEMMs they run beside share the SMs and HBM with NCCL's kernels
-        wgt.interference_s = ctx.cal.overlap_interference * min(total, gemms)
-        wgt.compute_s += wgt.interference_s
+        # the GEMMs they run beside share the SMs and HBM with NCCL's kernels; TransformerEngine's userbuffers
+        # (`tp_comm_overlap`) run them on 2-16 SMs or the copy engines instead (NeMo's `userbuffers_*` configs)
+        if not ctx.tp_comm_overlap:
+            wgt.interference_s = ctx.cal.overlap_interference * min(total, gemms)
+            wgt.compute_s += wgt.interference_s
     comm_total: dict[str, float] = {}
     comm_exposed: dict[str, float] = {}
     for phase in (fwd, bwd, rec):

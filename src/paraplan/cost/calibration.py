@@ -51,7 +51,8 @@ class Calibration:
     channel, 16-32 on NVLink and IB) and HBM bandwidth from the kernels they overlap, which run 10-40% slower
     meanwhile (Rashidi et al., ISCA'21, "ACE"; Pati et al., ASPLOS'24, "T3": a GEMM beside a concurrent
     reduce-scatter). Applied to the collectives the model hides: FSDP's prefetched gathers and reduce-scatters,
-    the asynchronous backward TP collectives, the CP ring and the overlapped EP all-to-all."""
+    the asynchronous backward TP collectives (not under `tp_comm_overlap`, whose userbuffers use 2-16 SMs or the
+    copy engines), the CP ring and the overlapped EP all-to-all."""
     tp_overlap_exposed: float = 0.3
     """Fraction of TP communication left exposed with userbuffer overlap (`tp_comm_overlap`)."""
     optimizer_bytes_per_param: float = 36.0
