@@ -101,7 +101,7 @@ def _context(
         cal,
         tuple((axis.value, g) for axis, g in block_groups.items()),
         train.tp_comm_overlap,
-        train.moe_ep_overlap or train.pipeline_schedule in ("dualpipe", "dualpipev"),
+        train.overlaps_ep,
         id(timer) if timer is not None else None,
         train.tp_async_backward,
     )

@@ -47,13 +47,12 @@ class Source:
 
 def analytic_block(kind: str, plan: BenchPlan, shard: L.Shard, system: SystemSpec, cal: Calibration) -> BlockCost:
     train = plan.train
-    ep_overlap = train.moe_ep_overlap or train.pipeline_schedule in ("dualpipe", "dualpipev")
     ctx = BlockContext(
         system,
         cal,
         group_placements(train, system),
         train.tp_comm_overlap,
-        ep_overlap,
+        train.overlaps_ep,
         tp_async_backward=train.tp_async_backward,
     )
     layer_input = L.ACT_BYTES * shard.tokens * plan.model.hidden_size / shard.sp_div

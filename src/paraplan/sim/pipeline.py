@@ -78,7 +78,7 @@ def outcome_from(
     busy = forward + backward
     step = sim.step_time_s + step_overhead_s
     breakdown = _parts(
-        sim, step, step_overhead_s, forward - forward_exposed, busy, recompute, (host, interference), exposed_inside
+        sim, step, step_overhead_s, forward - forward_exposed, busy, recompute, host, interference, exposed_inside
     )
     return PipelineOutcome(
         step_time_s=step,
@@ -106,11 +106,12 @@ def _parts(
     forward: float,
     busy: float,
     recompute: float,
-    host_and_interference: tuple[float, float],
+    host: float,
+    interference: float,
     exposed_inside: float,
 ) -> dict[str, float]:
     """`forward`: the forward's compute-stream time without its exposed communication; `busy`: forward and backward
-    with all of it (`exposed_inside`); `host_and_interference`: the host's launch waits and what hidden collectives
+    with all of it (`exposed_inside`); `host` and `interference`: the host's launch waits and what hidden collectives
     add to the compute (`Calibration.overlap_interference`), both inside `busy`."""
     if not sim.breakdown_s:
         return {}
@@ -122,7 +123,6 @@ def _parts(
     compute_total = sum(sim_parts.pop(k) for k in compute_keys)
     own_compute = busy - exposed_inside
     scale = compute_total / own_compute if own_compute > 0 else 1.0
-    host, interference = host_and_interference
     pure = max(0.0, own_compute - recompute - host - interference)
     fwd_share = forward / own_compute if own_compute > 0 else 0.0  # the forward's share of the compute alone
     breakdown["forward_compute"] = pure * fwd_share * scale

@@ -196,6 +196,11 @@ class TrainingSpec:
         return self.shards_params and self.framework in DEEPSPEED_ZERO3_FRAMEWORKS
 
     @property
+    def overlaps_ep(self) -> bool:
+        """The EP all-to-all runs beside other compute: asked for (`moe_ep_overlap`), or by DualPipe's F&B pairs."""
+        return self.moe_ep_overlap or self.pipeline_schedule in ("dualpipe", "dualpipev")
+
+    @property
     def shards_optimizer(self) -> bool:
         return self.use_distributed_optimizer or self.zero_stage >= 1 or self.fsdp
 

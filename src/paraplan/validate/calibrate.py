@@ -97,7 +97,7 @@ def _hides_comm(run: MeasuredRun) -> bool:
     return (
         (train.shards_params and not train.gathers_on_demand)
         or train.cp > 1
-        or (train.ep > 1 and train.moe_ep_overlap)
+        or (train.ep > 1 and train.overlaps_ep)
         or (train.tp > 1 and train.tp_async_backward and not train.tp_comm_overlap)
     )
 
