@@ -6,6 +6,7 @@ are cached, so the tuner never recomputes a repeated sub-problem.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -26,7 +27,7 @@ from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
 from paraplan.cost.compute import optimizer_time_s
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommAxis, CommKind, Op
-from paraplan.graph.partition import chunks_per_rank, virtual_stages
+from paraplan.graph.partition import PipelineSplit, chunks_per_rank, pipeline_split, split_stages
 from paraplan.memory.model import MemoryResult, comm_buffer_bytes, rank_memory, state_bytes
 from paraplan.result import Projection
 from paraplan.sim.costs import ChunkCost, PipelineCosts
@@ -179,6 +180,15 @@ def _stage_parts(
     return tuple(parts)
 
 
+@lru_cache(maxsize=4096)
+def _layout_parts(model: ModelSpec, split: PipelineSplit, mode: str, recompute_layers: int | None) -> tuple[Parts, ...]:
+    """The blocks of every model stage, in model order."""
+    return tuple(
+        _stage_parts(model, s.first_layer, s.num_layers, s.has_embedding, s.has_head, mode, recompute_layers)
+        for s in split_stages(model, split)
+    )
+
+
 @dataclass(slots=True)
 class _StageSums:
     """One micro-batch through one model stage: its blocks' costs added up."""
@@ -326,29 +336,21 @@ def project_specs(
     typical_cal = base_cal if train.pp > 1 else cal
     shard = L.Shard.of(train)
     ctx_key, groups = _context(system, train, cal, options.timer)
-    stages = virtual_stages(model, train)
     chunks = chunks_per_rank(train)
     holder = chunk_model_stage(train.pipeline_schedule, train.pp, train.vpp)
     layer_input_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
 
     sums: dict[Parts, _StageSums] = {}  # stages with the same layers cost the same
-    stage_parts = []
+    stage_parts = _layout_parts(model, pipeline_split(train), train.recompute_granularity, train.recompute_num_layers)
     max_layer_params = 0.0
     max_full_saved = 0.0
     flops_model = flops_hw = 0.0
-    mode, recompute_layers = train.recompute_granularity, train.recompute_num_layers
-    for stage in stages:
-        parts = _stage_parts(
-            model, stage.first_layer, stage.num_layers, stage.has_embedding, stage.has_head, mode, recompute_layers
-        )
-        stage_parts.append(parts)
-        total = sums.get(parts)
-        if total is None:
-            total = sums[parts] = _stage_sums_of(parts, model, shard, ctx_key, options.measured_blocks)
+    for parts, times in Counter(stage_parts).items():
+        total = sums[parts] = _stage_sums_of(parts, model, shard, ctx_key, options.measured_blocks)
         max_layer_params = max(max_layer_params, total.max_layer_params)
         max_full_saved = max(max_full_saved, total.max_full_saved)
-        flops_model += 3 * total.flops
-        flops_hw += 3 * total.flops + total.recompute_flops
+        flops_model += 3 * total.flops * times
+        flops_hw += (3 * total.flops + total.recompute_flops) * times
     chunk_costs = {parts: _chunk_cost(total, train, system, cal, groups, chunks) for parts, total in sums.items()}
     typical_costs = chunk_costs
     if typical_cal is not cal:  # more than one stage, and a spread: the other stages at the typical speed

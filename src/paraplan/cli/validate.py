@@ -12,7 +12,7 @@ from rich.table import Table
 from paraplan.cli import reports
 from paraplan.cli.common import console, handle_errors
 from paraplan.cost.calibration import fitted_table
-from paraplan.validate.decompose import CellFit, by_source, cell_fits
+from paraplan.validate.decompose import CellFit, by_source, cell_fits, depth_by_source, depth_fits
 from paraplan.validate.measured import read_rows
 from paraplan.validate.report import ValidationReport, check_attribute, profile_projector, validate_rows
 
@@ -39,7 +39,8 @@ def validate(
         typer.Option(
             "--decompose",
             help="split the error into its per-step and per-micro-batch parts, over runs that differ only in the "
-            "global batch (with --rows: every such cell)",
+            "global batch, and the time per micro-batch into its layers and the rest of the stage, over those cells "
+            "that differ only in the model's depth (with --rows: every such cell)",
         ),
     ] = False,
     html: reports.HtmlOpt = None,
@@ -58,9 +59,14 @@ def validate(
     if as_json:
         out = result.to_dict()
         if decompose:
+            depths = depth_fits(fits)
             out["decomposition"] = {
                 "sources": [split.to_dict() for split in by_source(fits)],
                 "cells": [fit.to_dict() for fit in fits],
+                "depth": {
+                    "sources": [split.to_dict() for split in depth_by_source(depths)],
+                    "cells": [fit.to_dict() for fit in depths],
+                },
             }
         print(json.dumps(out))
         return
@@ -85,18 +91,20 @@ def _print_decomposition(fits: list[CellFit], show_rows: bool) -> None:
         console.print("No runs differ only in the global batch: nothing to decompose.")
         return
     if show_rows:
-        cells = Table(title="per cell: per-step time and time per micro-batch, measured / projected")
-        for col in ("cell", "micro-batches", "per step ms", "per micro-batch ms", "error %"):
-            cells.add_column(col)
-        for f in fits:
-            cells.add_row(
-                f.cell,
-                ",".join(map(str, f.microbatches)),
-                f"{1e3 * f.measured_per_step_s:.2f} / {1e3 * f.projected_per_step_s:.2f}",
-                f"{1e3 * f.measured_per_microbatch_s:.2f} / {1e3 * f.projected_per_microbatch_s:.2f}",
-                f"{f.per_microbatch_error_pct:+.1f}",
-            )
-        console.print(cells)
+        _print_table(
+            "per cell: per-step time and time per micro-batch, measured / projected",
+            ("cell", "micro-batches", "per step ms", "per micro-batch ms", "error %"),
+            [
+                (
+                    f.cell,
+                    ",".join(map(str, f.microbatches)),
+                    f"{1e3 * f.measured_per_step_s:.2f} / {1e3 * f.projected_per_step_s:.2f}",
+                    f"{1e3 * f.measured_per_microbatch_s:.2f} / {1e3 * f.projected_per_microbatch_s:.2f}",
+                    f"{f.per_microbatch_error_pct:+.1f}",
+                )
+                for f in fits
+            ],
+        )
     for s in by_source(fits):
         console.print(
             f"{s.source}: {s.cells} cells ({s.runs} runs) of runs that differ only in the global batch. Time per "
@@ -105,6 +113,45 @@ def _print_decomposition(fits: list[CellFit], show_rows: bool) -> None:
             f"{1e3 * s.per_step_mean_abs_error_s:.2f} ms), the per-step part being "
             f"{s.measured_per_step_share_pct:.1f}% of the measured steps. Measured steps depart from their line "
             f"by at most {s.worst_measured_residual_pct:.2g}%."
+        )
+    _print_depth(fits, show_rows)
+
+
+def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def _print_depth(fits: list[CellFit], show_rows: bool) -> None:
+    """per micro-batch = rest of the stage + layers x time per layer, measured and projected (validate.decompose)."""
+    depths = depth_fits(fits)
+    if show_rows and depths:
+        _print_table(
+            "per depth cell: time per layer and the rest of the stage, measured / projected",
+            ("cell", "layers per rank", "per layer ms", "error %", "rest ms", "error ms"),
+            [
+                (
+                    f.cell,
+                    ",".join(map(str, f.layers_per_rank)),
+                    f"{1e3 * f.measured_per_layer_s:.2f} / {1e3 * f.projected_per_layer_s:.2f}",
+                    f"{f.per_layer_error_pct:+.1f}",
+                    f"{1e3 * f.measured_rest_s:.2f} / {1e3 * f.projected_rest_s:.2f}",
+                    f"{1e3 * f.rest_error_s:+.2f}",
+                )
+                for f in depths
+            ],
+        )
+    for s in depth_by_source(depths):
+        console.print(
+            f"{s.source}: {s.cells} groups of those cells that differ only in the model's depth. Time per layer on "
+            f"the busiest rank: MAPE {s.per_layer_mape_pct:.1f}%, mean error {s.per_layer_mean_error_pct:+.1f}%. The "
+            f"rest of its stage (embedding, head and loss, per-micro-batch work): mean error "
+            f"{1e3 * s.rest_mean_error_s:+.2f} ms (absolute {1e3 * s.rest_mean_abs_error_s:.2f} ms), being "
+            f"{s.measured_rest_share_pct:.1f}% of the measured time per micro-batch."
         )
 
 

@@ -8,6 +8,7 @@ rank is a copy), pp * vpp for interleaved 1F1B, 2 * pp for the V schedules.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from paraplan.sim import schedules as S
 from paraplan.specs.model import ModelSpec
@@ -80,3 +81,38 @@ def virtual_stages(model: ModelSpec, train: TrainingSpec) -> list[VirtualStage]:
         stages.append(VirtualStage(i, start, n, has_embedding=i == 0, has_head=i == len(counts) - 1))
         start += n
     return stages
+
+
+PipelineSplit = tuple[str, int, int, tuple[int, ...] | None, int | None, int | None, bool, bool]
+"""What decides the model stages: schedule, pp, vpp, explicit layout, first and last stage's layer counts, and
+whether the embedding and the loss each count as a layer."""
+
+
+def pipeline_split(train: TrainingSpec) -> PipelineSplit:
+    return (
+        train.pipeline_schedule,
+        train.pp,
+        train.vpp,
+        train.pipeline_layout,
+        train.decoder_first_pipeline_num_layers,
+        train.decoder_last_pipeline_num_layers,
+        train.account_for_embedding_in_pipeline_split,
+        train.account_for_loss_in_pipeline_split,
+    )
+
+
+@lru_cache(maxsize=4096)
+def split_stages(model: ModelSpec, split: PipelineSplit) -> tuple[VirtualStage, ...]:
+    """`virtual_stages` of any training spec with this split (the tuner and the projection ask for few splits)."""
+    schedule, pp, vpp, layout, first, last, account_embedding, account_loss = split
+    train = TrainingSpec(
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vpp,
+        pipeline_schedule=schedule,  # type: ignore[arg-type]
+        pipeline_layout=layout,
+        decoder_first_pipeline_num_layers=first,
+        decoder_last_pipeline_num_layers=last,
+        account_for_embedding_in_pipeline_split=account_embedding,
+        account_for_loss_in_pipeline_split=account_loss,
+    )
+    return tuple(virtual_stages(model, train))

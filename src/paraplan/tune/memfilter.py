@@ -20,7 +20,7 @@ import numpy as np
 from paraplan.cost.block import gathered_params, weight_params
 from paraplan.graph import layers as L
 from paraplan.graph.ops import OpKind
-from paraplan.graph.partition import virtual_stages
+from paraplan.graph.partition import PipelineSplit, pipeline_split, split_stages
 from paraplan.memory.model import CUDA_CONTEXT_BYTES, FRAGMENTATION, HEADROOM, comm_buffer_bytes, state_bytes
 from paraplan.sim.plan import build_plan
 from paraplan.sim.schedules import chunk_model_stage, chunks_per_rank
@@ -93,22 +93,12 @@ Chunk = tuple[int, int, bool]
 
 @lru_cache(maxsize=2048)
 def _rank_chunks(
-    model: ModelSpec, pp: int, vpp: int, schedule: str, split: tuple
+    model: ModelSpec, split: PipelineSplit
 ) -> tuple[tuple[tuple[Chunk, ...], ...], tuple[Chunk, ...], np.ndarray]:
     """[rank][local chunk] -> the model stage it holds (DualPipe's second chunk is a copy of another stage);
     the distinct stages, and [rank, local chunk] -> index of its stage among them."""
-    layout, first, last, account_embedding, account_loss = split
-    train = TrainingSpec(
-        pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=vpp,
-        pipeline_schedule=schedule,  # type: ignore[arg-type]
-        pipeline_layout=layout,
-        decoder_first_pipeline_num_layers=first,
-        decoder_last_pipeline_num_layers=last,
-        account_for_embedding_in_pipeline_split=account_embedding,
-        account_for_loss_in_pipeline_split=account_loss,
-    )
-    stages = [(s.first_layer, s.num_layers, s.has_head) for s in virtual_stages(model, train)]
+    schedule, pp, vpp = split[:3]
+    stages = [(s.first_layer, s.num_layers, s.has_head) for s in split_stages(model, split)]
     rank_chunks = tuple(tuple(stages[index] for index in row) for row in chunk_model_stage(schedule, pp, vpp))
     distinct = tuple(dict.fromkeys(chunk for chunks in rank_chunks for chunk in chunks))
     where = {chunk: k for k, chunk in enumerate(distinct)}
@@ -140,14 +130,7 @@ class GroupMemory:
         self.moe_prefix = _moe_prefix(model)
         self.layer_input_bytes = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
         p, schedule = train.pp, train.pipeline_schedule
-        split = (
-            train.pipeline_layout,
-            train.decoder_first_pipeline_num_layers,
-            train.decoder_last_pipeline_num_layers,
-            train.account_for_embedding_in_pipeline_split,
-            train.account_for_loss_in_pipeline_split,
-        )
-        self.rank_chunks, self.distinct_chunks, self.chunk_index = _rank_chunks(model, p, train.vpp, schedule, split)
+        self.rank_chunks, self.distinct_chunks, self.chunk_index = _rank_chunks(model, pipeline_split(train))
         self.n_chunks = chunks_per_rank(schedule, train.vpp)
         paired = train.moe_ep_overlap or schedule in ("dualpipe", "dualpipev")  # the projection's rule
         self.counts, self.owner, self.starts = _inflight(schedule, p, train.vpp, train.num_microbatches, paired)

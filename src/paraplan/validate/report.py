@@ -32,6 +32,9 @@ class RowResult:
     microbatches: int = 0  # per pipeline and step (0: a memory row)
     cell: str = ""  # label of the runs that share everything but the global batch (`paraplan.validate.decompose`)
     cell_key: tuple = ()  # what they share: source, model, system and the training spec without its global batch
+    depth_key: tuple = ()  # the cell's key without the model's depth (cells that differ only in it: `decompose`)
+    depth_cell: str = ""  # label of those cells
+    layers_per_rank: int = 0  # decoder layers on the busiest pipeline rank
 
     def group_key(self, fixed_batch: bool = False) -> tuple:
         """The ranking group: model, GPU and GPU count, and the global batch too when `fixed_batch`."""
@@ -244,6 +247,12 @@ def _cell_label(run: MeasuredRun) -> str:
     return f"{run.group[0]} / {run.group[1]} x{run.group[2]} / {layout} / {t.precision} seq {t.seq}{recompute}"
 
 
+def _depth_label(run: MeasuredRun) -> str:
+    """The cell label with the model named by its width instead of its name (which holds its depth)."""
+    m = run.model
+    return f"h{m.hidden_size} ffn{m.ffn_hidden_size} a{m.num_attention_heads}" + _cell_label(run)[len(run.group[0]) :]
+
+
 def _natural(label: str) -> tuple:
     """Sort key that orders the numbers inside labels by value ("5-16 GPUs" before "17-64 GPUs")."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", label))
@@ -301,6 +310,14 @@ def validate_rows(
                 microbatches=run.train.num_microbatches if run.metric != "memory_gib" else 0,
                 cell=_cell_label(run),
                 cell_key=(run.source, run.model, run.system, replace(run.train, global_batch_size=0)),
+                depth_key=(
+                    run.source,
+                    replace(run.model, name="", num_layers=0),
+                    run.system,
+                    replace(run.train, global_batch_size=0),
+                ),
+                depth_cell=_depth_label(run),
+                layers_per_rank=-(-run.model.num_layers // run.train.pp),
             )
         )
     return ValidationReport(results, skipped)
