@@ -91,6 +91,27 @@ BLOCK_AXES = (CommAxis.TP, CommAxis.CP, CommAxis.EP, CommAxis.ETP)
 so the cached block costs, do not depend on the others."""
 
 
+def block_context(
+    system: SystemSpec,
+    train: TrainingSpec,
+    cal: Calibration,
+    timer: Callable[[Op], tuple[float, str]] | None = None,
+    groups: dict[CommAxis, GroupPlacement] | None = None,
+) -> BlockContext:
+    """What a block's cost depends on besides its operators: the system, the calibration, the groups its
+    collectives run over and the training spec's overlap settings (`groups`: placed already)."""
+    groups = groups if groups is not None else group_placements(train, system)
+    return BlockContext(
+        system,
+        cal,
+        {axis: groups[axis] for axis in BLOCK_AXES},
+        train.tp_comm_overlap,
+        train.overlaps_ep,
+        timer,
+        train.tp_async_backward,
+    )
+
+
 def _context(
     system: SystemSpec, train: TrainingSpec, cal: Calibration, timer: Callable[[Op], tuple[float, str]] | None
 ) -> tuple[tuple, dict[CommAxis, GroupPlacement]]:
@@ -109,7 +130,7 @@ def _context(
     if key not in _CTX_REGISTRY:
         if len(_CTX_REGISTRY) >= _CTX_REGISTRY_LIMIT:
             _clear_registry()
-        _CTX_REGISTRY[key] = BlockContext(system, cal, block_groups, key[3], key[4], timer, key[6])
+        _CTX_REGISTRY[key] = block_context(system, train, cal, timer, groups)
     return key, groups
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from paraplan.cost.block import BlockContext, block_cost, repeated_s, weight_params
 from paraplan.cost.calibration import calibration_for
 from paraplan.graph import layers as L
-from paraplan.projection import group_placements
+from paraplan.projection import block_context
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
@@ -36,7 +36,7 @@ def _shard(tokens: int, tp: int) -> L.Shard:
 def _context(system: SystemSpec, tp: int) -> BlockContext:
     cal = calibration_for(system.gpu.name)
     train = TrainingSpec(tensor_model_parallel_size=tp, data_parallel_size=1)
-    return BlockContext(system, cal, group_placements(train, system), False, False)
+    return block_context(system, train, cal)
 
 
 @lru_cache(maxsize=8192)

@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from paraplan.cost.block import BlockContext, BlockCost, block_cost, repeated_s
+from paraplan.cost.block import BlockCost, block_cost, repeated_s
 from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommKind
 from paraplan.memory.model import GIB
-from paraplan.projection import group_placements, project_specs
+from paraplan.projection import block_context, project_specs
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
@@ -100,14 +100,7 @@ def layer_costs(setup: TrainSetup, system: SystemSpec, tp: int, slowest: bool = 
     if slowest:
         cal = slowed
     shard = L.Shard.of(train)
-    ctx = BlockContext(
-        system,
-        cal,
-        group_placements(train, system),
-        train.tp_comm_overlap,
-        False,
-        tp_async_backward=train.tp_async_backward,
-    )
+    ctx = block_context(system, train, cal)
     layer_input = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
     vocab = L.padded_vocab(model, tp)
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from paraplan.cost.block import BlockContext, BlockCost, MeasuredBlock, block_cost
+from paraplan.cost.block import BlockCost, MeasuredBlock, block_cost
 from paraplan.cost.calibration import Calibration
 from paraplan.graph import layers as L
 from paraplan.hybrid.commfit import CommFit
 from paraplan.hybrid.plan import BenchPlan, block_ops
 from paraplan.hybrid.straggler import straggler_wait_s, with_straggler_wait
-from paraplan.projection import ProjectionOptions, group_placements, project_specs
+from paraplan.projection import ProjectionOptions, block_context, project_specs
 from paraplan.result import Projection
 from paraplan.specs.system import SystemSpec
 
@@ -47,14 +47,7 @@ class Source:
 
 def analytic_block(kind: str, plan: BenchPlan, shard: L.Shard, system: SystemSpec, cal: Calibration) -> BlockCost:
     train = plan.train
-    ctx = BlockContext(
-        system,
-        cal,
-        group_placements(train, system),
-        train.tp_comm_overlap,
-        train.overlaps_ep,
-        tp_async_backward=train.tp_async_backward,
-    )
+    ctx = block_context(system, train, cal)
     layer_input = L.ACT_BYTES * shard.tokens * plan.model.hidden_size / shard.sp_div
     return block_cost(block_ops(kind, plan.model, shard), "none", ctx, layer_input)
 
