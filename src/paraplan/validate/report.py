@@ -8,9 +8,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from paraplan.errors import ConfigError
+from paraplan.graph.partition import pipeline_split, split_stages
 from paraplan.memory.model import MemoryResult
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.result import Projection
+from paraplan.sim.schedules import chunk_model_stage
 from paraplan.validate.measured import Assumption, MeasuredRun, run_from_row
 
 Projector = Callable[[MeasuredRun], Projection]
@@ -247,6 +249,13 @@ def _cell_label(run: MeasuredRun) -> str:
     return f"{run.group[0]} / {run.group[1]} x{run.group[2]} / {layout} / {t.precision} seq {t.seq}{recompute}"
 
 
+def _busiest_rank_layers(run: MeasuredRun) -> int:
+    """Decoder layers on the pipeline rank that holds the most (over all its model chunks)."""
+    t = run.train
+    stages = split_stages(run.model, pipeline_split(t))
+    return max(sum(stages[i].num_layers for i in row) for row in chunk_model_stage(t.pipeline_schedule, t.pp, t.vpp))
+
+
 def _depth_label(run: MeasuredRun) -> str:
     """The cell label with the model named by its width instead of its name (which holds its depth)."""
     m = run.model
@@ -317,7 +326,7 @@ def validate_rows(
                     replace(run.train, global_batch_size=0),
                 ),
                 depth_cell=_depth_label(run),
-                layers_per_rank=-(-run.model.num_layers // run.train.pp),
+                layers_per_rank=_busiest_rank_layers(run),
             )
         )
     return ValidationReport(results, skipped)
