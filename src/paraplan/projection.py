@@ -202,12 +202,15 @@ def _stage_parts(
 
 
 @lru_cache(maxsize=4096)
-def _layout_parts(model: ModelSpec, split: PipelineSplit, mode: str, recompute_layers: int | None) -> tuple[Parts, ...]:
-    """The blocks of every model stage, in model order."""
-    return tuple(
+def _layout_parts(
+    model: ModelSpec, split: PipelineSplit, mode: str, recompute_layers: int | None
+) -> tuple[tuple[Parts, ...], tuple[tuple[Parts, int], ...]]:
+    """The blocks of every model stage, in model order; and each distinct stage with how many stages it is."""
+    parts = tuple(
         _stage_parts(model, s.first_layer, s.num_layers, s.has_embedding, s.has_head, mode, recompute_layers)
         for s in split_stages(model, split)
     )
+    return parts, tuple(Counter(parts).items())
 
 
 @dataclass(slots=True)
@@ -362,11 +365,13 @@ def project_specs(
     layer_input_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
 
     sums: dict[Parts, _StageSums] = {}  # stages with the same layers cost the same
-    stage_parts = _layout_parts(model, pipeline_split(train), train.recompute_granularity, train.recompute_num_layers)
+    stage_parts, distinct = _layout_parts(
+        model, pipeline_split(train), train.recompute_granularity, train.recompute_num_layers
+    )
     max_layer_params = 0.0
     max_full_saved = 0.0
     flops_model = flops_hw = 0.0
-    for parts, times in Counter(stage_parts).items():
+    for parts, times in distinct:
         total = sums[parts] = _stage_sums_of(parts, model, shard, ctx_key, options.measured_blocks)
         max_layer_params = max(max_layer_params, total.max_layer_params)
         max_full_saved = max(max_full_saved, total.max_full_saved)

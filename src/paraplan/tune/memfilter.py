@@ -132,8 +132,9 @@ class GroupMemory:
         p, schedule = train.pp, train.pipeline_schedule
         self.rank_chunks, self.distinct_chunks, self.chunk_index = _rank_chunks(model, pipeline_split(train))
         self.n_chunks = chunks_per_rank(schedule, train.vpp)
-        paired = train.moe_ep_overlap or schedule in ("dualpipe", "dualpipev")  # the projection's rule
-        self.counts, self.owner, self.starts = _inflight(schedule, p, train.vpp, train.num_microbatches, paired)
+        self.counts, self.owner, self.starts = _inflight(
+            schedule, p, train.vpp, train.num_microbatches, train.overlaps_ep
+        )
         edp = max(1, (train.tp * train.cp * train.dp) // (train.etp * train.ep))
         dense, moe = self.facts["dense"], self.facts.get("moe")
         max_layer_params = 0.0

@@ -303,6 +303,7 @@ def validate_rows(
             predicted = proj.tokens_per_sec_per_gpu
         else:
             predicted = proj.memory.peak_gib
+        any_batch = replace(run.train, global_batch_size=0)
         results.append(
             RowResult(
                 id=run.id,
@@ -318,13 +319,8 @@ def validate_rows(
                 assumed=run.defaults_used,
                 microbatches=run.train.num_microbatches if run.metric != "memory_gib" else 0,
                 cell=_cell_label(run),
-                cell_key=(run.source, run.model, run.system, replace(run.train, global_batch_size=0)),
-                depth_key=(
-                    run.source,
-                    replace(run.model, name="", num_layers=0),
-                    run.system,
-                    replace(run.train, global_batch_size=0),
-                ),
+                cell_key=(run.source, run.model, run.system, any_batch),
+                depth_key=(run.source, replace(run.model, name="", num_layers=0), run.system, any_batch),
                 depth_cell=_depth_label(run),
                 layers_per_rank=_busiest_rank_layers(run),
             )
