@@ -23,6 +23,7 @@ from paraplan.cli.common import (
     handle_errors,
     model_from_options,
 )
+from paraplan.cost.calibration import fitted_table
 from paraplan.errors import ConfigError
 from paraplan.projection import project_specs
 from paraplan.specs.system import SystemSpec
@@ -36,6 +37,7 @@ from paraplan.tune.reproduce import megatron_args, paraplan_command, training_of
 from paraplan.tune.space import SearchSpace, SpaceLimits, parse_constraints
 from paraplan.tune.tuner import ProgressUpdate, TuneOptions, TuneResult, rank, tune
 from paraplan.validate.evidence import evidence_for
+from paraplan.validate.ranking import GapBin, bin_for, bins_from_table, projected_gap_pct
 
 Opt = typer.Option
 TIE_TOLERANCE = 1e-6
@@ -298,6 +300,13 @@ def _explanation(result: TuneResult) -> Explanation | None:
     return explain(_projection(result, first), first.candidate, _projection(result, second), second.candidate, ties)
 
 
+def _order_vs_best(result: TuneResult, e: Evaluation, bins: list[GapBin]) -> tuple[float, GapBin | None]:
+    """Projected slowdown of `e` against the best configuration, and the validation bin of that gap: how often
+    layouts of one job projected that far apart measured in the projected order (`validate.ranking`)."""
+    gap = projected_gap_pct(result.top[0].step_time_s, e.step_time_s) if result.top else 0.0
+    return gap, bin_for(gap, bins)
+
+
 def evaluation_dict(result: TuneResult, e: Evaluation) -> dict[str, Any]:
     train = training_of(result.problem, e.candidate, e.train)
     return {
@@ -312,9 +321,23 @@ def evaluation_dict(result: TuneResult, e: Evaluation) -> dict[str, Any]:
     }
 
 
+def _ranked_dict(result: TuneResult, e: Evaluation, bins: list[GapBin]) -> dict[str, Any]:
+    """A top configuration with its projected gap to the best and, from held-out validation, the share of pairs of
+    layouts of one job projected that far apart whose projected-faster one measured faster (None for the best, or
+    when the calibration ships no bins)."""
+    gap, order = _order_vs_best(result, e, bins)
+    best = e is result.top[0]
+    return {
+        **evaluation_dict(result, e),
+        "gap_to_best_pct": gap,
+        "best_measured_faster_pct": order.agree_pct if order and not best else None,
+    }
+
+
 def result_dict(result: TuneResult, explanation: Explanation | None = None) -> dict[str, Any]:
+    bins = bins_from_table(fitted_table())
     out: dict[str, Any] = {
-        "top": [evaluation_dict(result, e) for e in result.top],
+        "top": [_ranked_dict(result, e, bins) for e in result.top],
         "evaluated": result.evaluated,
         "elapsed_s": result.elapsed_s,
         "candidates_per_s": result.candidates_per_s,
@@ -362,18 +385,30 @@ def print_result(result: TuneResult, explanation: Explanation | None) -> None:
         f"gbs {problem.gbs}, seq {problem.seq}: top {len(result.top)}"
     )
     table = Table(title=title)
-    for col in ("#", "configuration", "step time", "tokens/s/GPU", "MFU", "memory GiB"):
+    bins = bins_from_table(fitted_table())
+    for col in ("#", "configuration", "step time", "vs #1", "tokens/s/GPU", "MFU", "memory GiB"):
         table.add_column(col, justify="right" if col not in ("configuration",) else "left")
     for i, e in enumerate(result.top, 1):
+        gap, order = _order_vs_best(result, e, bins)
         table.add_row(
             str(i),
             e.candidate.describe(),
             f"{e.step_time_s:,.3f} s",
+            "" if i == 1 else f"+{gap:.1f}%" + (f" ({order.agree_pct:.0f}%)" if order else ""),
             f"{e.tokens_per_sec_per_gpu:,.0f}",
             f"{e.mfu:.1%}",
             f"{e.peak_gib:,.1f}",
         )
     console.print(table)
+    if bins and len(result.top) > 1:
+        pairs = sum(b.pairs for b in bins)
+        console.print(
+            "vs #1: projected slowdown against #1; in parentheses how often #1 would measure faster, from held-out "
+            f"validation: of {pairs:,} pairs of measured runs of one job, the share whose projected-faster run "
+            "measured faster at that projected gap (50% is a coin toss: measure the close ones)",
+            highlight=False,
+            soft_wrap=True,
+        )
     if not result.top:
         console.print("[red]no configuration fits[/] (relax the constraints, add GPUs, or allow recompute)")
     for i, e in enumerate(result.top, 1):

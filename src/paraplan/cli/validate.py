@@ -14,6 +14,7 @@ from paraplan.cli.common import console, handle_errors
 from paraplan.cost.calibration import fitted_table
 from paraplan.validate.decompose import CellFit, by_source, cell_fits, depth_by_source, depth_fits
 from paraplan.validate.measured import read_rows
+from paraplan.validate.ranking import order_agreement, summary_line
 from paraplan.validate.report import ValidationReport, check_attribute, profile_projector, validate_rows
 
 
@@ -58,6 +59,7 @@ def validate(
     fits = cell_fits(result.rows) if decompose else []
     if as_json:
         out = result.to_dict()
+        out["ranking_resolution"] = [b.to_dict() for b in order_agreement(result.rows)]
         if decompose:
             depths = depth_fits(fits)
             out["decomposition"] = {
@@ -176,6 +178,12 @@ def fastest_gap_lines(result: ValidationReport) -> list[str]:
     return lines
 
 
+def ranking_lines(result: ValidationReport) -> list[str]:
+    """Where the projected-fastest lands, and how far apart two projections must be to be ordered right."""
+    line = summary_line(order_agreement(result.rows))
+    return fastest_gap_lines(result) + ([line] if line else [])
+
+
 def markdown_table(result: ValidationReport, held_out: dict[str, float] | None = None) -> str:
     """The per-source table of the README; `held_out`: each source's leave-one-source-out MAPE from the
     calibration's cross-validation (calibration.yaml), a column of its own when given."""
@@ -196,7 +204,7 @@ def markdown_table(result: ValidationReport, held_out: dict[str, float] | None =
         f"{result.kendall_tau(fixed_batch=True):.3f} (all), "
         f"{result.kendall_tau('vTrain', fixed_batch=True):.3f} (vTrain)."
     )
-    lines += fastest_gap_lines(result)
+    lines += ranking_lines(result)
     if result.skipped:
         lines.append(f"Rows not projected: {len(result.skipped)} (listed by `paraplan validate --rows`).")
     return "\n".join(lines)
@@ -225,7 +233,7 @@ def _print(result: ValidationReport, show_rows: bool) -> None:
     table.add_row("[bold]source-balanced[/]", str(len(result.rows)), f"[bold]{result.mape_pct:.1f}[/]")
     console.print(table)
     console.print(f"Kendall tau within (model, GPU, GPU count) groups: {result.kendall_tau():.3f}")
-    for line in fastest_gap_lines(result):
+    for line in ranking_lines(result):
         console.print(line)
     if result.skipped:
         skipped = Table(title=f"rows not projected ({len(result.skipped)})")

@@ -20,7 +20,8 @@ from paraplan.cost.calibration import Calibration, calibration_for, family_of
 from paraplan.errors import ConfigError
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.validate.measured import MeasuredRun, run_from_row
-from paraplan.validate.report import validate_rows
+from paraplan.validate.ranking import GapBin, order_agreement
+from paraplan.validate.report import ValidationReport, validate_rows
 
 # (constant, scope, lower bound, upper bound, prior width): the width is how far (in natural-log units) the
 # documented default is trusted. Efficiencies and the launch time per op are physical quantities whose
@@ -252,6 +253,8 @@ class CrossValidation:
     fitted: dict[str, float]  # source -> MAPE with the fit on all sources
     final: FitResult
     scope: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # source -> its GPU families, frameworks
+    # how often held-out projections order two layouts of one job right, by their projected gap
+    ranking: list[GapBin] = field(default_factory=list)
 
     @property
     def held_out_mape_pct(self) -> float:
@@ -276,12 +279,12 @@ def source_scope(rows: list[dict[str, str]]) -> dict[str, dict[str, list[str]]]:
     return {source: {k: sorted(v) for k, v in parts.items()} for source, parts in sorted(scope.items())}
 
 
-def _held_out_error(args: tuple[list[dict[str, str]], str, int]) -> tuple[str, float]:
+def _held_out(args: tuple[list[dict[str, str]], str, int]) -> tuple[str, ValidationReport]:
     rows, source, max_evaluations = args
     train = subsample([r for r in rows if r["source"] != source])
     test = [r for r in rows if r["source"] == source]
     fitted = fit(train, max_evaluations)
-    return source, validate_rows(test, projector=_projector(fitted.table)).mape_pct
+    return source, validate_rows(test, projector=_projector(fitted.table))
 
 
 def leave_one_source_out(rows: list[dict[str, str]], max_evaluations: int = 400, workers: int = 1) -> CrossValidation:
@@ -294,13 +297,15 @@ def leave_one_source_out(rows: list[dict[str, str]], max_evaluations: int = 400,
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            held_out = dict(pool.map(_held_out_error, jobs))
+            reports = dict(pool.map(_held_out, jobs))
     else:
-        held_out = dict(map(_held_out_error, jobs))
+        reports = dict(map(_held_out, jobs))
+    held_out = {source: report.mape_pct for source, report in reports.items()}
+    ranking = order_agreement(row for report in reports.values() for row in report.rows)
     final = fit(subsample(rows), max_evaluations)
     full = validate_rows(rows, projector=_projector(final.table))
     fitted_per_source = {k: v["mape_pct"] for k, v in full.per_source().items()}
-    return CrossValidation(held_out, fitted_per_source, final, source_scope(rows))
+    return CrossValidation(held_out, fitted_per_source, final, source_scope(rows), ranking)
 
 
 def provenance_table(cv: CrossValidation, data_name: str) -> dict[str, Any]:
@@ -314,4 +319,10 @@ def provenance_table(cv: CrossValidation, data_name: str) -> dict[str, Any]:
     table["held_out_mape_pct"] = {k: round(v, 2) for k, v in cv.held_out.items()}
     table["fitted_mape_pct"] = {k: round(v, 2) for k, v in cv.fitted.items()}
     table["source_scope"] = cv.scope
+    if cv.ranking:
+        table["ranking_resolution"] = {
+            "source": f"held-out projections of {data_name}: pairs of runs of one job (same source, model, GPU, "
+            "GPU count and global batch) by projected gap; agree_pct: the projected-faster measured faster",
+            "bins": [b.to_dict() for b in cv.ranking],
+        }
     return table
