@@ -44,7 +44,7 @@ def test_pairs_are_binned_by_projected_gap_and_scored_by_measured_order() -> Non
     # a tie in either time says nothing
     ties = [Run("S", 1.0, 1.0), Run("S", 1.0, 2.0), Run("S", 1.0, 1.0, gbs=128), Run("S", 2.0, 1.0, gbs=128)]
     assert order_agreement(ties) == []
-    assert "3 pairs" in summary_line(bins) and summary_line([]) == ""
+    assert "3 pairs (S 100%)" in summary_line(bins) and summary_line([]) == ""
 
 
 def test_the_last_bin_is_open_and_survives_the_calibration_file() -> None:
@@ -84,7 +84,7 @@ def test_validate_prints_and_emits_the_bins(public_csv) -> None:
     args = ["validate", "--data", str(public_csv), "--source", "vTrain_MICRO24_multi"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "pairs of runs of one job" in result.output
+    assert "of runs of one job" in result.output and "apart" in result.output
     out = json.loads(runner.invoke(app, [*args, "--json"]).output)
     assert out["ranking_resolution"] and set(out["ranking_resolution"][0]) >= {"low_pct", "pairs", "agree_pct"}
 

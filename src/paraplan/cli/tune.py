@@ -37,7 +37,7 @@ from paraplan.tune.reproduce import megatron_args, paraplan_command, training_of
 from paraplan.tune.space import SearchSpace, SpaceLimits, parse_constraints
 from paraplan.tune.tuner import ProgressUpdate, TuneOptions, TuneResult, rank, tune
 from paraplan.validate.evidence import evidence_for
-from paraplan.validate.ranking import GapBin, bin_for, bins_from_table, projected_gap_pct
+from paraplan.validate.ranking import GapBin, bin_for, bins_from_table, evidence_phrase, projected_gap_pct
 
 Opt = typer.Option
 TIE_TOLERANCE = 1e-6
@@ -387,25 +387,25 @@ def print_result(result: TuneResult, explanation: Explanation | None) -> None:
     table = Table(title=title)
     bins = bins_from_table(fitted_table())
     for col in ("#", "configuration", "step time", "vs #1", "tokens/s/GPU", "MFU", "memory GiB"):
-        table.add_column(col, justify="right" if col not in ("configuration",) else "left")
+        wide = col == "configuration"  # the one column that wraps in a narrow terminal
+        table.add_column(col, justify="left" if wide else "right", no_wrap=not wide)
     for i, e in enumerate(result.top, 1):
         gap, order = _order_vs_best(result, e, bins)
         table.add_row(
             str(i),
             e.candidate.describe(),
             f"{e.step_time_s:,.3f} s",
-            "" if i == 1 else f"+{gap:.1f}%" + (f" ({order.agree_pct:.0f}%)" if order else ""),
+            "" if i == 1 else f"+{gap:.1f}%" + (f"\n({order.agree_pct:.0f}%)" if order else ""),
             f"{e.tokens_per_sec_per_gpu:,.0f}",
             f"{e.mfu:.1%}",
             f"{e.peak_gib:,.1f}",
         )
     console.print(table)
     if bins and len(result.top) > 1:
-        pairs = sum(b.pairs for b in bins)
         console.print(
             "vs #1: projected slowdown against #1; in parentheses how often #1 would measure faster, from held-out "
-            f"validation: of {pairs:,} pairs of measured runs of one job, the share whose projected-faster run "
-            "measured faster at that projected gap (50% is a coin toss: measure the close ones)",
+            f"validation over {evidence_phrase(bins)} of measured runs of one job: the share whose projected-faster "
+            "run measured faster at that projected gap (50% is a coin toss: measure the close ones)",
             highlight=False,
             soft_wrap=True,
         )

@@ -116,10 +116,24 @@ def bin_for(gap_pct: float, bins: Sequence[GapBin]) -> GapBin | None:
     return None
 
 
+def _pct(value: float) -> str:
+    return "<1%" if 0 < value < 0.5 else f"{value:.0f}%"
+
+
+def evidence_phrase(bins: Sequence[GapBin]) -> str:
+    """'N pairs (S: x%, ...)': how many pairs the bins rest on and which sources gave them, the largest first."""
+    totals: Counter[str] = Counter()
+    for b in bins:
+        totals.update(b.sources)
+    pairs = sum(b.pairs for b in bins)
+    shares = ", ".join(f"{name} {_pct(100.0 * n / pairs)}" for name, n in totals.most_common(3)) if pairs else ""
+    return f"{pairs:,} pairs" + (f" ({shares})" if shares else "")
+
+
 def summary_line(bins: Sequence[GapBin]) -> str:
     """One sentence over the bins: pairs projected so far apart measured in the projected order so often."""
     if not bins:
         return ""
-    total = sum(b.pairs for b in bins)
     parts = ", ".join(f"{b.label} apart {b.agree_pct:.0f}%" for b in bins)
-    return f"Of {total:,} pairs of runs of one job (another layout), the projected-faster measured faster: {parts}."
+    lead = f"Of {evidence_phrase(bins)} of runs of one job (another layout), the projected-faster measured faster"
+    return f"{lead}: {parts}."
