@@ -97,3 +97,20 @@ def test_tune_says_how_sure_its_ordering_is() -> None:
     top = json.loads(runner.invoke(app, [*args, "--top", "3", "--json"]).output)["top"]
     assert top[0]["gap_to_best_pct"] == 0.0 and top[0]["best_measured_faster_pct"] is None
     assert top[1]["gap_to_best_pct"] >= 0.0 and 0.0 <= top[1]["best_measured_faster_pct"] <= 100.0
+
+
+def test_tune_scores_the_order_only_against_runs_on_the_best_ones_gpu_count() -> None:
+    from types import SimpleNamespace
+
+    from paraplan.cli.tune import _order_vs_best
+
+    def ev(gpus: int, tokens_per_sec: float) -> SimpleNamespace:
+        return SimpleNamespace(candidate=SimpleNamespace(num_gpus=gpus), tokens_per_sec=tokens_per_sec)
+
+    best, same, other = ev(16, 1000.0), ev(16, 990.0), ev(8, 980.0)
+    result = SimpleNamespace(top=[best, same, other])
+    bins = [GapBin(0.0, 5.0, 10, 55.0, {"S": 10})]
+    gap, order = _order_vs_best(result, same, bins)
+    assert abs(gap - 100 * (1000 / 990 - 1)) < 1e-12 and order is bins[0]  # throughput gap = step-time gap
+    gap, order = _order_vs_best(result, other, bins)
+    assert 2.0 < gap < 2.1 and order is None  # another GPU count is another job: the pairs say nothing of it

@@ -301,10 +301,15 @@ def _explanation(result: TuneResult) -> Explanation | None:
 
 
 def _order_vs_best(result: TuneResult, e: Evaluation, bins: list[GapBin]) -> tuple[float, GapBin | None]:
-    """Projected slowdown of `e` against the best configuration, and the validation bin of that gap: how often
-    layouts of one job projected that far apart measured in the projected order (`validate.ranking`)."""
-    gap = projected_gap_pct(result.top[0].step_time_s, e.step_time_s) if result.top else 0.0
-    return gap, bin_for(gap, bins)
+    """How much less throughput `e` is projected to reach than the best configuration (on one GPU count: how much
+    longer its step), and the validation bin of that gap: how often layouts of one job projected that far apart
+    measured in the projected order (`validate.ranking`). The bins speak of one job, so only of the best's GPU count."""
+    if not result.top:
+        return 0.0, None
+    best = result.top[0]
+    gap = projected_gap_pct(e.tokens_per_sec, best.tokens_per_sec)  # throughput: the inverse of a step time
+    same_job = e.candidate.num_gpus == best.candidate.num_gpus
+    return gap, bin_for(gap, bins) if same_job else None
 
 
 def evaluation_dict(result: TuneResult, e: Evaluation) -> dict[str, Any]:
@@ -403,7 +408,8 @@ def print_result(result: TuneResult, explanation: Explanation | None) -> None:
     console.print(table)
     if bins and len(result.top) > 1:
         console.print(
-            "vs #1: projected slowdown against #1; in parentheses how often #1 would measure faster, from held-out "
+            "vs #1: how much faster #1 is projected (its throughput over this one's; on one GPU count, the step-time "
+            "ratio); in parentheses, on #1's GPU count, how often #1 would measure faster, from held-out "
             f"validation over {evidence_phrase(bins)} of measured runs of one job: the share whose projected-faster "
             "run measured faster at that projected gap (50% is a coin toss: measure the close ones)",
             highlight=False,
