@@ -37,7 +37,7 @@ from paraplan.tune.reproduce import megatron_args, paraplan_command, training_of
 from paraplan.tune.space import SearchSpace, SpaceLimits, parse_constraints
 from paraplan.tune.tuner import ProgressUpdate, TuneOptions, TuneResult, rank, tune
 from paraplan.validate.evidence import evidence_for
-from paraplan.validate.ranking import GapBin, bin_for, bins_from_table, evidence_phrase, projected_gap_pct
+from paraplan.validate.ranking import GapBin, bin_for, bins_from_table, evidence_phrase, gap_pct
 
 Opt = typer.Option
 TIE_TOLERANCE = 1e-6
@@ -307,7 +307,7 @@ def _order_vs_best(result: TuneResult, e: Evaluation, bins: list[GapBin]) -> tup
     if not result.top:
         return 0.0, None
     best = result.top[0]
-    gap = projected_gap_pct(e.tokens_per_sec, best.tokens_per_sec)  # throughput: the inverse of a step time
+    gap = gap_pct(e.tokens_per_sec, best.tokens_per_sec)
     same_job = e.candidate.num_gpus == best.candidate.num_gpus
     return gap, bin_for(gap, bins) if same_job else None
 

@@ -56,8 +56,10 @@ class GapBin:
         }
 
 
-def projected_gap_pct(faster_s: float, slower_s: float) -> float:
-    return 100.0 * (slower_s / faster_s - 1.0)
+def gap_pct(smaller: float, larger: float) -> float:
+    """How much larger, in percent: of two step times the slower's over the faster's; of two throughputs the
+    faster's over the slower's (the same figure for runs of one job)."""
+    return 100.0 * (larger / smaller - 1.0)
 
 
 def _bin_index(gap_pct: float, edges: Sequence[float]) -> int:
@@ -81,7 +83,7 @@ def order_agreement(rows: Iterable[RankedRun], edges: Sequence[float] = GAP_EDGE
             if a.predicted_step_s == b.predicted_step_s or a.measured_step_s == b.measured_step_s:
                 continue
             faster, slower = (a, b) if a.predicted_step_s < b.predicted_step_s else (b, a)
-            i = _bin_index(projected_gap_pct(faster.predicted_step_s, slower.predicted_step_s), edges)
+            i = _bin_index(gap_pct(faster.predicted_step_s, slower.predicted_step_s), edges)
             pairs[i] += 1
             agree[i] += faster.measured_step_s < slower.measured_step_s
             sources[i][source] += 1
