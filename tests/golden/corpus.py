@@ -17,18 +17,29 @@ GEO_TINY = HERE.parent / "geo" / "tiny.yaml"
 
 _P = ["project", "--json"]
 PROJECTIONS: dict[str, list[str]] = {
-    "readme_70b": _P + "--model llama3.1-70b --gpu h100-sxm5-80gb --gpus 64 --tp 4 --pp 4 --vpp 5 --cp 2 --gbs 128 --seq 8192 --sp --distributed-optimizer --overlap-grad-reduce --overlap-param-gather".split(),
-    "gpt3_a100_1f1b": _P + "--model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --tp 8 --pp 8 --gbs 1536 --seq 2048 --recompute full".split(),
+    "readme_70b": _P
+    + "--model llama3.1-70b --gpu h100-sxm5-80gb --gpus 64 --tp 4 --pp 4 --vpp 5 --cp 2 --gbs 128 --seq 8192 --sp --distributed-optimizer --overlap-grad-reduce --overlap-param-gather".split(),
+    "gpt3_a100_1f1b": _P
+    + "--model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --tp 8 --pp 8 --gbs 1536 --seq 2048 --recompute full".split(),
     "8b_fsdp": _P + "--model llama3.1-8b --gpu h100-sxm5-80gb --gpus 64 --gbs 256 --seq 4096 --fsdp".split(),
-    "8b_gpipe": _P + "--model llama3.1-8b --gpu h100-sxm5-80gb --gpus 16 --tp 2 --pp 4 --gbs 64 --seq 4096 --schedule gpipe".split(),
-    "8b_zbh1": _P + "--model llama3.1-8b --gpu h100-sxm5-80gb --gpus 16 --tp 2 --pp 4 --gbs 64 --seq 4096 --schedule zb-h1".split(),
-    "8b_zbv": _P + "--model llama3.1-8b --gpu h100-sxm5-80gb --gpus 16 --tp 2 --pp 4 --gbs 64 --seq 4096 --schedule zb-v".split(),
-    "8b_dualpipev": _P + "--model llama3.1-8b --gpu h100-sxm5-80gb --gpus 16 --tp 2 --pp 4 --gbs 64 --seq 4096 --schedule dualpipev".split(),
-    "mixtral_ep": _P + "--model mixtral-8x7b --gpu h100-sxm5-80gb --gpus 64 --tp 2 --ep 8 --sp --gbs 256 --seq 4096 --recompute selective".split(),
-    "qwen3_moe_flex": _P + "--model qwen3-30b-a3b --gpu h100-sxm5-80gb --gpus 16 --ep 8 --gbs 128 --seq 4096 --moe-dispatcher flex".split(),
-    "dsv3_layout": _P + "--model deepseek-v3 --gpu b200 --gpus 256 --pp 16 --ep 8 --gbs 2048 --seq 4096 --precision mxfp8 --pipeline-layout 4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,1".split(),
-    "405b_interleaved": _P + "--model llama3.1-405b --gpu h100-sxm5-80gb --gpus 2048 --tp 8 --pp 16 --vpp 8 --gbs 2048 --seq 8192 --sp --distributed-optimizer --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split".split(),
-    "8b_a100_profile": _P + "--model llama3.1-8b --gpu a100-sxm4-80gb --gpus 8 --tp 2 --gbs 64 --seq 2048 --profile auto".split(),
+    "8b_gpipe": _P
+    + "--model llama3.1-8b --gpu h100-sxm5-80gb --gpus 16 --tp 2 --pp 4 --gbs 64 --seq 4096 --schedule gpipe".split(),
+    "8b_zbh1": _P
+    + "--model llama3.1-8b --gpu h100-sxm5-80gb --gpus 16 --tp 2 --pp 4 --gbs 64 --seq 4096 --schedule zb-h1".split(),
+    "8b_zbv": _P
+    + "--model llama3.1-8b --gpu h100-sxm5-80gb --gpus 16 --tp 2 --pp 4 --gbs 64 --seq 4096 --schedule zb-v".split(),
+    "8b_dualpipev": _P
+    + "--model llama3.1-8b --gpu h100-sxm5-80gb --gpus 16 --tp 2 --pp 4 --gbs 64 --seq 4096 --schedule dualpipev".split(),
+    "mixtral_ep": _P
+    + "--model mixtral-8x7b --gpu h100-sxm5-80gb --gpus 64 --tp 2 --ep 8 --sp --gbs 256 --seq 4096 --recompute selective".split(),
+    "qwen3_moe_flex": _P
+    + "--model qwen3-30b-a3b --gpu h100-sxm5-80gb --gpus 16 --ep 8 --gbs 128 --seq 4096 --moe-dispatcher flex".split(),
+    "dsv3_layout": _P
+    + "--model deepseek-v3 --gpu b200 --gpus 256 --pp 16 --ep 8 --gbs 2048 --seq 4096 --precision mxfp8 --pipeline-layout 4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,1".split(),
+    "405b_interleaved": _P
+    + "--model llama3.1-405b --gpu h100-sxm5-80gb --gpus 2048 --tp 8 --pp 16 --vpp 8 --gbs 2048 --seq 8192 --sp --distributed-optimizer --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split".split(),
+    "8b_a100_profile": _P
+    + "--model llama3.1-8b --gpu a100-sxm4-80gb --gpus 8 --tp 2 --gbs 64 --seq 2048 --profile auto".split(),
 }
 TUNES: dict[str, list[str]] = {
     "tune_8b": "tune --json --model llama3.1-8b --gpu h100-sxm5-80gb --gpus 16 --gbs 64 --seq 4096 --top 5".split(),
@@ -62,7 +73,7 @@ def run_case(args: list[str]) -> object:
     if result.exit_code != 0:
         raise RuntimeError(f"{' '.join(args)}: exit {result.exit_code}\n{result.output}")
     out = result.stdout
-    return _strip(json.loads(out[out.index("{"):]))
+    return _strip(json.loads(out[out.index("{") :]))
 
 
 def main() -> None:

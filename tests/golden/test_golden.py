@@ -10,7 +10,6 @@ import json
 import math
 
 import pytest
-
 from corpus import CORPUS, EXPECTED, run_case
 
 
