@@ -25,6 +25,7 @@ from paraplan.cost.block import (
 from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
 from paraplan.cost.compute import optimizer_time_s
+from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommAxis, CommKind, Op
 from paraplan.graph.partition import PipelineSplit, chunks_per_rank, pipeline_split, split_stages
@@ -62,23 +63,13 @@ def expert_dp(train: TrainingSpec) -> int:
 @lru_cache(maxsize=_BLOCK_CACHE_SIZE)
 def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, ctx_key: tuple) -> BlockCost:
     ctx = _CTX_REGISTRY[ctx_key]
-    vocab = L.padded_vocab(model, shard.tp)
-    if kind == "dense":
-        ops = L.decoder_layer_ops(model, shard, moe=False)
-    elif kind == "moe":
-        ops = L.decoder_layer_ops(model, shard, moe=True)
-    elif kind == "embedding":
-        ops = L.embedding_ops(model, shard)
-    elif kind == "head":
-        ops = L.head_ops(model, shard, vocab)
-    elif kind == "mtp":
-        ops = L.mtp_ops(model, shard, vocab)
-    else:
-        raise ValueError(kind)
+    layer_kind = K.layer_kind(kind)
+    ops = layer_kind.ops(model, shard)
     layer_input = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
     cost = block_cost(ops, recompute, ctx, layer_input)
-    if kind == "embedding":  # the lookup table is a weight without a GEMM: V/tp x h on this rank
-        cost = replace(cost, dense_params=vocab // shard.tp * model.hidden_size)
+    table_params = layer_kind.params_of(model, shard)
+    if table_params is not None:  # weights without a GEMM (the embedding's lookup table, V/tp x h on this rank)
+        cost = replace(cost, dense_params=table_params)
     return cost
 
 
@@ -162,8 +153,9 @@ class ProjectionOptions:
     """False: step time, throughput and memory only, without the named parts of the step and the
     communication figures (what the tuner ranks by; the same numbers, less work)."""
     measured_blocks: Mapping[str, MeasuredBlock] | None = None
-    """Hybrid projection: measured compute per block kind ("dense", "moe", "embedding", "head", "mtp"),
-    at the target's shard shapes; communication, the schedule and everything else stay modelled."""
+    """Hybrid projection: measured compute per layer kind (a registered `graph.kinds.LayerKind`'s name: "dense",
+    "moe", "embedding", "head", "mtp"), at the target's shard shapes; communication, the schedule and everything
+    else stay modelled."""
 
 
 def _add(into: dict[str, float], other: dict[str, float], times: float = 1.0) -> None:
@@ -185,19 +177,21 @@ def _stage_parts(
     mode: str,
     recompute_layers: int | None,
 ) -> Parts:
-    """The blocks of one model stage, layers first in order of appearance."""
+    """The blocks of one model stage: decoder layers first in order of appearance, then the stage's edge blocks
+    in registration order (`graph.kinds`)."""
     layer_counts: dict[tuple[str, str], int] = {}
     for i in range(num_layers):
         recompute = "none" if mode == "full" and recompute_layers is not None and i >= recompute_layers else mode
-        key = ("moe" if model.is_moe_layer(first_layer + i) else "dense", recompute)
+        key = (K.decoder_kind_of(model, first_layer + i).name, recompute)
         layer_counts[key] = layer_counts.get(key, 0) + 1
     parts = [(kind, m, n) for (kind, m), n in layer_counts.items()]
-    if has_embedding:
-        parts.append(("embedding", "none", 1))
-    if has_head:
-        parts.append(("head", "none", 1))
-        if model.mtp_num_layers:
-            parts.append(("mtp", "none", model.mtp_num_layers))
+    edges = (K.edge_kinds(K.Placement.FIRST) if has_embedding else ()) + (
+        K.edge_kinds(K.Placement.LAST) if has_head else ()
+    )
+    for edge in edges:  # the embedding, the head and the MTP modules, after the layers
+        count = edge.count(model) if edge.count is not None else 0
+        if count:
+            parts.append((edge.name, "none", count))
     return tuple(parts)
 
 
@@ -249,10 +243,11 @@ def _stage_sums(
 ) -> _StageSums:
     """The sums of one stage's blocks (shared by the projections that ask for the same: read them only)."""
     total = _StageSums()
-    has_head = any(kind == "head" for kind, _, _ in parts)
+    present = {kind for kind, _, _ in parts}
     for kind, mode, count in parts:
+        layer_kind = K.layer_kind(kind)
         cost = _cached_block(kind, model, shard, mode, ctx_key)
-        if kind == "embedding" and model.tied_embeddings and has_head:
+        if model.tied_embeddings and layer_kind.tied_to in present:
             cost = replace(cost, dense_params=0)  # one shared table when embedding and head share a rank
         if measured and kind in measured:
             cost = with_measured_compute(cost, measured[kind])
@@ -274,7 +269,7 @@ def _stage_sums(
         total.host += cost.host_bound_s * count - runahead_s(cost, count)
         total.forward_exposed += cost.forward_comm_exposed_s * count
         total.interference += sum(cost.interference_s) * count
-        if kind in ("dense", "moe"):
+        if layer_kind.is_decoder_layer:
             total.num_layers += count
             total.max_layer_params = max(total.max_layer_params, cost.dense_params + cost.expert_params)
             if mode == "full":
@@ -420,7 +415,7 @@ def project_specs(
     )
     # memory per rank
     ranks = []
-    gathered = gathered_params(train, max_layer_params, lambda: L.all_decoder_layer_ops(model, shard))
+    gathered = gathered_params(train, max_layer_params, lambda: K.all_decoder_layer_ops(model, shard))
     comm_buffers = comm_buffer_bytes(model, shard, train)
     for r in range(train.pp):
         states = state_bytes(rank_dense_params[r], rank_expert_params[r], train, edp, gathered_params=gathered)
@@ -459,17 +454,18 @@ def model_flops_per_sequence(model: ModelSpec, seq: int, attention_backend: str 
         precision="bf16",
         flash=attention_backend == "flash",
     )
-    per_kind = {
-        moe: sum(op.flops for op in L.decoder_layer_ops(model, shard, moe) if op.kind in MATMUL_KINDS)
-        for moe in {model.is_moe_layer(i) for i in range(model.num_layers)}
-    }
-    total = sum(per_kind[model.is_moe_layer(i)] for i in range(model.num_layers))
-    vocab = L.padded_vocab(model, 1)
-    total += sum(op.flops for op in L.head_ops(model, shard, vocab) if op.kind in MATMUL_KINDS)
-    if model.mtp_num_layers:
-        mtp = sum(op.flops for op in L.mtp_ops(model, shard, vocab) if op.kind in MATMUL_KINDS)
-        total += model.mtp_num_layers * mtp
+    layers = [K.decoder_kind_of(model, i) for i in range(model.num_layers)]
+    per_kind = {kind.name: _matmul_flops(kind.ops(model, shard)) for kind in dict.fromkeys(layers)}
+    total = sum(per_kind[kind.name] for kind in layers)
+    for edge in K.layer_kinds():  # the embedding (no matmul), the head, the MTP modules
+        count = edge.count(model) if edge.count is not None else 0
+        if count:
+            total += count * _matmul_flops(edge.ops(model, shard))
     return 3.0 * total
+
+
+def _matmul_flops(ops: list[Op]) -> float:
+    return sum(op.flops for op in ops if op.kind in MATMUL_KINDS)
 
 
 # Collectives per layer under FSDP/ZeRO-3: torch FSDP and Megatron FSDP gather one flat unit per layer;

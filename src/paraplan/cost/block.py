@@ -330,7 +330,7 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
     dense_params = expert_params = 0
     for op in forward:
         n = weight_params(op)
-        if op.name.removeprefix("mtp_").startswith("expert_"):
+        if op.expert:
             expert_params += n
         else:
             dense_params += n

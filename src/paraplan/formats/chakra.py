@@ -37,6 +37,7 @@ from paraplan.formats.chakra_pb import (
     encode_node,
     write_trace,
 )
+from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.graph.backward import backward_ops
 from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind, Phase
@@ -275,19 +276,30 @@ def _busiest_pp_rank(model: ModelSpec, system: SystemSpec, train: TrainingSpec, 
 
 
 def _stage_parts(model: ModelSpec, shard: L.Shard, train: TrainingSpec, stage) -> list[tuple[str, str, list[Op]]]:
-    """(part name, recompute mode, forward ops) of one virtual stage in forward order."""
-    vocab = L.padded_vocab(model, shard.tp)
+    """(part name, recompute mode, forward ops) of one virtual stage in forward order: the first stage's edge
+    blocks (the embedding), the decoder layers, the last stage's (the head, the MTP modules)."""
     parts: list[tuple[str, str, list[Op]]] = []
     if stage.has_embedding:
-        parts.append(("embedding", "none", L.embedding_ops(model, shard)))
+        parts += _edge_parts(model, shard, K.Placement.FIRST)
     for i in range(stage.num_layers):
         layer = stage.first_layer + i
-        ops = L.decoder_layer_ops(model, shard, moe=model.is_moe_layer(layer))
+        ops = K.decoder_kind_of(model, layer).ops(model, shard)
         parts.append((f"layer{layer}", _layer_recompute(train, i), ops))
     if stage.has_head:
-        parts.append(("head", "none", L.head_ops(model, shard, vocab)))
-        for k in range(model.mtp_num_layers):
-            parts.append((f"mtp{k}", "none", L.mtp_ops(model, shard, vocab)))
+        parts += _edge_parts(model, shard, K.Placement.LAST)
+    return parts
+
+
+def _edge_parts(model: ModelSpec, shard: L.Shard, placement: K.Placement) -> list[tuple[str, str, list[Op]]]:
+    """The edge blocks at one end of the model; blocks that hold a layer are numbered (mtp0, mtp1, ...)."""
+    parts: list[tuple[str, str, list[Op]]] = []
+    for kind in K.edge_kinds(placement):
+        count = kind.count(model) if kind.count is not None else 0
+        if not count:
+            continue
+        ops = kind.ops(model, shard)
+        names = [f"{kind.name}{k}" for k in range(count)] if kind.holds_layer else [kind.name] * count
+        parts += [(name, "none", ops) for name in names]
     return parts
 
 
@@ -377,7 +389,7 @@ def _params(op_lists) -> tuple[float, float]:
     for ops in op_lists:
         for op in ops:
             n = weight_params(op)
-            if op.name.removeprefix("mtp_").startswith("expert_"):
+            if op.expert:
                 expert += n
             else:
                 dense += n

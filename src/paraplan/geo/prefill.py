@@ -16,6 +16,7 @@ import numpy as np
 
 from paraplan.cost.block import BlockContext, block_cost, repeated_s, weight_params
 from paraplan.cost.calibration import calibration_for
+from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.projection import block_context
 from paraplan.specs.model import ModelSpec
@@ -43,11 +44,10 @@ def _context(system: SystemSpec, tp: int) -> BlockContext:
 def _prefill_s(model: ModelSpec, system: SystemSpec, tp: int, tokens: int) -> float:
     ctx = _context(system, tp)
     shard = _shard(tokens, tp)
-    kinds = {model.is_moe_layer(i) for i in range(model.num_layers)}
-    per_kind = {moe: block_cost(L.decoder_layer_ops(model, shard, moe), "none", ctx) for moe in kinds}
-    counts = Counter(model.is_moe_layer(i) for i in range(model.num_layers))
+    counts = Counter(K.decoder_kind_of(model, i) for i in range(model.num_layers))
+    per_kind = {kind: block_cost(kind.ops(model, shard), "none", ctx) for kind in counts}
     # the layers share one launch queue: each after the first of its kind issues ahead (`repeated_s`)
-    total = sum(repeated_s(per_kind[moe], n)[0] for moe, n in counts.items())
+    total = sum(repeated_s(per_kind[kind], n)[0] for kind, n in counts.items())
     total += block_cost(L.embedding_ops(model, shard), "none", ctx).forward_s
     last = _shard(1, tp)
     total += block_cost(L.head_ops(model, last, L.padded_vocab(model, tp)), "none", ctx).forward_s
@@ -76,7 +76,7 @@ def serving_weight_bytes(model: ModelSpec, tp: int) -> float:
     shard = _shard(BUCKET_TOKENS, tp)
     params = 0.0
     for i in range(model.num_layers):
-        params += sum(weight_params(op) for op in L.decoder_layer_ops(model, shard, model.is_moe_layer(i)))
+        params += sum(weight_params(op) for op in K.decoder_kind_of(model, i).ops(model, shard))
     vocab = L.padded_vocab(model, tp)
     params += model.hidden_size * vocab / tp * (1 if model.tied_embeddings else 2)
     return WEIGHT_BYTES * params

@@ -8,7 +8,7 @@ operators (a GEMM output that is the next op's input) are counted once, by the c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.graph.backward import TP_INPUT_GRAD
 from paraplan.graph.kernels import (
@@ -108,7 +108,17 @@ class Shard:
         )
 
 
-def _gemm(name: str, m: int, n: int, k: int, shard: Shard, saved: float, count: int = 1, tags=frozenset()) -> Op:
+def _gemm(
+    name: str,
+    m: int,
+    n: int,
+    k: int,
+    shard: Shard,
+    saved: float,
+    count: int = 1,
+    tags=frozenset(),
+    expert: bool = False,
+) -> Op:
     return Op(
         name=name,
         kind=OpKind.GEMM,
@@ -122,6 +132,7 @@ def _gemm(name: str, m: int, n: int, k: int, shard: Shard, saved: float, count: 
         # grouped expert GEMMs are issued one per expert (TE GroupedLinear, cuBLAS loop); FP8 adds a
         # quantisation kernel per GEMM (Transformer Engine)
         host_ops=count * (2 if shard.precision in FP8_PRECISIONS else 1),
+        expert=expert,
     )
 
 
@@ -454,7 +465,9 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
         ops.append(_comm("ep_dispatch", CommKind.ALL_TO_ALL, CommAxis.EP, shard.ep, dispatch_bytes, MOE, routing))
     if shard.etp > 1:
         ops.append(_comm("etp_ag", CommKind.ALL_GATHER, CommAxis.ETP, shard.etp, dispatch_bytes * shard.etp, tags=MOE))
+    # the routed experts' ops: their weights are expert parameters (`Op.expert`)
     body = _mlp_body("expert", model, shard, tokens_per_expert, ffn_local, local_experts, MOE)
+    body = [replace(op, expert=True) for op in body]
     up = body[0]
     body[0] = _gemm(
         up.name,
@@ -465,6 +478,7 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
         saved=shard.act_bytes * tokens_per_expert * local_experts * h,
         count=local_experts,
         tags=MOE,
+        expert=True,
     )
     ops += body
     if shard.etp > 1:
@@ -555,9 +569,3 @@ def _fields(op: Op) -> dict:
 def decoder_layer_ops(model: ModelSpec, shard: Shard, moe: bool) -> list[Op]:
     attn = mla_attention_ops(model, shard) if model.is_mla else attention_ops(model, shard)
     return attn + (moe_ops(model, shard) if moe else mlp_ops(model, shard))
-
-
-def all_decoder_layer_ops(model: ModelSpec, shard: Shard) -> list[Op]:
-    """The forward ops of the model's kinds of decoder layer (dense, and MoE for an MoE model)."""
-    kinds = (False, True) if model.is_moe else (False,)
-    return [op for moe in kinds for op in decoder_layer_ops(model, shard, moe)]

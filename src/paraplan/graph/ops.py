@@ -95,3 +95,6 @@ class Op:
     tags: frozenset[str] = field(default_factory=frozenset)  # e.g. {"moe"}, {"mla"}, {"selective"}
     host_ops: int = 1  # kernels the host launches for this op (a loop over experts launches one per expert)
     backward_bytes: float | None = None  # an elementwise op's backward traffic when not the usual 1.5x forward
+    expert: bool = False
+    """A routed expert's op: its weights are expert parameters (sharded over EP, replicated over expert DP), set
+    by the builder (`graph.layers.moe_ops`) so that no consumer guesses from the name."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from paraplan.cost.block import weight_params
+from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind
 from paraplan.hybrid.device import LocalDevices
@@ -101,33 +102,20 @@ class BenchPlan:
 
 def block_ops(kind: str, model: ModelSpec, shard: L.Shard) -> list[Op]:
     """The graph's operators of one block kind (what the reference layer must match)."""
-    vocab = L.padded_vocab(model, shard.tp)
-    if kind == "dense":
-        return L.decoder_layer_ops(model, shard, moe=False)
-    if kind == "moe":
-        return L.decoder_layer_ops(model, shard, moe=True)
-    if kind == "embedding":
-        return L.embedding_ops(model, shard)
-    if kind == "head":
-        return L.head_ops(model, shard, vocab)
-    if kind == "mtp":
-        return L.mtp_ops(model, shard, vocab)
-    raise ValueError(kind)
+    return K.layer_kind(kind).ops(model, shard)
 
 
 def layer_counts(model: ModelSpec) -> dict[str, int]:
-    moe = model.num_moe_layers
-    counts = {"dense": model.num_layers - moe, "moe": moe, "embedding": 1, "head": 1, "mtp": model.mtp_num_layers}
-    return {k: v for k, v in counts.items() if v > 0}
+    """Blocks of each layer kind in the whole model (`graph.kinds.block_counts`)."""
+    return K.block_counts(model)
 
 
 def block_memory_bytes(kind: str, model: ModelSpec, shard: L.Shard, dtype: str) -> float:
     """Peak bytes of running one block: weights and gradients, saved activations, the largest outputs."""
     elem = DTYPE_BYTES[dtype]
     ops = block_ops(kind, model, shard)
-    params = sum(weight_params(op) for op in ops)
-    if kind == "embedding":
-        params = L.padded_vocab(model, shard.tp) // shard.tp * model.hidden_size
+    table_params = K.layer_kind(kind).params_of(model, shard)
+    params = sum(weight_params(op) for op in ops) if table_params is None else table_params
     saved = sum(op.saved_bytes for op in ops) * elem / L.ACT_BYTES
     largest = max((op.bytes_moved for op in ops if op.kind is not OpKind.COMM), default=0.0) * elem / L.ACT_BYTES
     return params * 2 * elem + saved + 2 * largest
@@ -193,7 +181,7 @@ def plan_benchmark(
     cuts: list[Cut] = []
     dtype, notes = bench_dtype(train.precision, devices.kind, dtype)
     attention = "MLA" if model.is_mla else "GQA" if model.kv_groups < model.num_attention_heads else "MHA"
-    layer_kinds = [k for k in kinds if k in ("dense", "moe", "mtp")]
+    layer_kinds = [k for k in kinds if K.layer_kind(k).holds_layer]
     n_layers = model.num_layers + model.mtp_num_layers
     if n_layers > len(layer_kinds):
         listing = ", ".join(f"{counts[k]} {k}" for k in layer_kinds)

@@ -15,10 +15,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from functools import cache
 
+from paraplan.graph import kinds as K
 from paraplan.result import Projection
 from paraplan.specs.training import TrainingSpec
-
-LAYER_KINDS = ("dense", "moe", "mtp")  # spread over the pipeline stages; embedding and head sit on one
 
 
 @cache
@@ -45,7 +44,8 @@ def straggler_wait_s(train: TrainingSpec, layer_counts: Mapping[str, int], jitte
         return 0.0
     variance = 0.0
     for kind, count in layer_counts.items():
-        per_rank = count / train.pp if kind in LAYER_KINDS else count
+        # kinds that hold a layer are spread over the pipeline stages; the embedding and the head sit on one
+        per_rank = count / train.pp if K.layer_kind(kind).holds_layer else count
         variance += per_rank * jitter_s.get(kind, 0.0) ** 2
     return expected_max_normal(ranks) * math.sqrt(train.num_microbatches * variance)
 

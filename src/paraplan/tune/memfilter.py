@@ -12,12 +12,13 @@ projection's own memory model has the last word on everything that passes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 
 from paraplan.cost.block import gathered_params, weight_params
+from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.graph.ops import OpKind
 from paraplan.graph.partition import PipelineSplit, pipeline_split, split_stages
@@ -54,7 +55,7 @@ def _facts(ops: list) -> BlockFacts:
         if op.kind is OpKind.COMM:
             continue
         n = weight_params(op)
-        if op.name.removeprefix("mtp_").startswith("expert_"):
+        if op.expert:
             expert += n
         else:
             dense += n
@@ -64,27 +65,31 @@ def _facts(ops: list) -> BlockFacts:
     return BlockFacts(dense, expert, saved, saved - selective_saved)
 
 
+def _kind_facts(kind: K.LayerKind, model: ModelSpec, shard: L.Shard) -> BlockFacts:
+    facts = _facts(kind.ops(model, shard))
+    table_params = kind.params_of(model, shard)
+    return facts if table_params is None else replace(facts, dense_params=table_params)
+
+
 @lru_cache(maxsize=4096)
 def block_facts(model: ModelSpec, shard: L.Shard) -> dict[str, BlockFacts]:
-    vocab = L.padded_vocab(model, shard.tp)
-    facts = {
-        "dense": _facts(L.decoder_layer_ops(model, shard, moe=False)),
-        "head": _facts(L.head_ops(model, shard, vocab)),
-    }
-    if model.is_moe:
-        facts["moe"] = _facts(L.decoder_layer_ops(model, shard, moe=True))
-    if model.mtp_num_layers:
-        facts["mtp"] = _facts(L.mtp_ops(model, shard, vocab))
-    return facts
+    """The facts of each layer kind the model has (`graph.kinds`): its kinds of decoder layer, its edge blocks."""
+    counts = K.block_counts(model)
+    kinds = K.decoder_kinds(model) + tuple(k for k in K.layer_kinds() if not k.is_decoder_layer and k.name in counts)
+    return {kind.name: _kind_facts(kind, model, shard) for kind in kinds}
 
 
 @lru_cache(maxsize=64)
-def _moe_prefix(model: ModelSpec) -> tuple[int, ...]:
-    """prefix[i] = MoE layers among the first i decoder layers."""
-    out = [0]
-    for i in range(model.num_layers):
-        out.append(out[-1] + int(model.is_moe_layer(i)))
-    return tuple(out)
+def _layer_prefix(model: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """prefix[kind][i] = decoder layers of that kind among the first i decoder layers."""
+    kinds = [K.decoder_kind_of(model, i).name for i in range(model.num_layers)]
+    out = {}
+    for kind in K.decoder_kinds(model):
+        prefix = [0]
+        for name in kinds:
+            prefix.append(prefix[-1] + int(name == kind.name))
+        out[kind.name] = tuple(prefix)
+    return out
 
 
 Chunk = tuple[int, int, bool]
@@ -127,7 +132,12 @@ class GroupMemory:
         shard = L.Shard.of(train)
         self.facts = block_facts(model, shard)
         self.model = model
-        self.moe_prefix = _moe_prefix(model)
+        self.layer_prefix = _layer_prefix(model)
+        self.decoder_kinds = K.decoder_kinds(model)
+        counts = K.block_counts(model)
+        # (kind, blocks in the model) at each end: the first stage's (embedding), the last stage's (head, MTP)
+        self.first_edges = [(k, counts[k.name]) for k in K.edge_kinds(K.Placement.FIRST) if k.name in counts]
+        self.last_edges = [(k, counts[k.name]) for k in K.edge_kinds(K.Placement.LAST) if k.name in counts]
         self.layer_input_bytes = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
         p, schedule = train.pp, train.pipeline_schedule
         self.rank_chunks, self.distinct_chunks, self.chunk_index = _rank_chunks(model, pipeline_split(train))
@@ -136,62 +146,64 @@ class GroupMemory:
             schedule, p, train.vpp, train.num_microbatches, train.overlaps_ep
         )
         edp = max(1, (train.tp * train.cp * train.dp) // (train.etp * train.ep))
-        dense, moe = self.facts["dense"], self.facts.get("moe")
         max_layer_params = 0.0
         rank_params: list[tuple[float, float]] = []
         for chunks in self.rank_chunks:
             dense_p = expert_p = 0.0
-            for first, n, has_head in chunks:
-                n_moe = self.moe_prefix[first + n] - self.moe_prefix[first]
-                dense_p += (n - n_moe) * dense.dense_params
-                if n_moe and moe is not None:
-                    dense_p += n_moe * moe.dense_params
-                    expert_p += n_moe * moe.expert_params
-                    max_layer_params = max(max_layer_params, moe.dense_params + moe.expert_params)
-                if n - n_moe:
-                    max_layer_params = max(max_layer_params, dense.dense_params)
-                if first == 0 and not (model.tied_embeddings and has_head):
-                    dense_p += L.padded_vocab(model, shard.tp) // shard.tp * model.hidden_size  # embedding table
-                if has_head:
-                    dense_p += self.facts["head"].dense_params
-                    if "mtp" in self.facts:
-                        dense_p += model.mtp_num_layers * self.facts["mtp"].dense_params
-                        expert_p += model.mtp_num_layers * self.facts["mtp"].expert_params
+            for chunk in chunks:
+                for kind, count in self._layer_counts(chunk, 0):
+                    facts = self.facts[kind.name]
+                    dense_p += count * facts.dense_params
+                    expert_p += count * facts.expert_params
+                    if count:
+                        max_layer_params = max(max_layer_params, facts.dense_params + facts.expert_params)
+                edges = self._edges(chunk)
+                present = {kind.name for kind, _ in edges}
+                for kind, count in edges:
+                    if model.tied_embeddings and kind.tied_to in present:
+                        continue  # one shared table (the embedding's and the LM head's), counted with the head
+                    dense_p += count * self.facts[kind.name].dense_params
+                    expert_p += count * self.facts[kind.name].expert_params
             rank_params.append((dense_p, expert_p))
         states: dict[tuple[float, float], float] = {}
-        gathered = gathered_params(train, max_layer_params, lambda: L.all_decoder_layer_ops(model, shard))
+        gathered = gathered_params(train, max_layer_params, lambda: K.all_decoder_layer_ops(model, shard))
         for params in set(rank_params):
             parts = state_bytes(params[0], params[1], train, edp, gathered_params=gathered)
             states[params] = sum(parts.values())
         self.state_bytes = np.array([states[params] for params in rank_params])
         self.fixed_bytes = comm_buffer_bytes(model, shard, train) + CUDA_CONTEXT_BYTES
 
+    def _layer_counts(self, chunk: Chunk, skip: int) -> list[tuple[K.LayerKind, int]]:
+        """(decoder layer kind, its layers in the chunk after the chunk's first `skip`) for each of the model's."""
+        first, n, _ = chunk
+        start = first + min(skip, n)
+        prefix = self.layer_prefix
+        return [(k, prefix[k.name][first + n] - prefix[k.name][start]) for k in self.decoder_kinds]
+
+    def _edges(self, chunk: Chunk) -> list[tuple[K.LayerKind, int]]:
+        """(edge kind, blocks) on the chunk: the first stage's (the chunk that starts at layer 0), the last's."""
+        first, _, has_head = chunk
+        return (self.first_edges if first == 0 else []) + (self.last_edges if has_head else [])
+
     def _chunk_saved(self, chunk: Chunk, mode: str, full_layers: int | None) -> tuple[float, float]:
         """(saved bytes of one micro-batch through this chunk, largest layer working set when recomputing)."""
-        first, n, has_head = chunk
-        facts, prefix = self.facts, self.moe_prefix
-        n_moe = prefix[first + n] - prefix[first]
-        dense, moe = facts["dense"], facts.get("moe")
+        n = chunk[1]
+        facts = self.facts
         working = 0.0
         if mode == "full":
             recomputed = n if full_layers is None else min(n, full_layers)
-            kept_moe = prefix[first + n] - prefix[first + recomputed]
-            kept_dense = n - recomputed - kept_moe
-            saved = recomputed * self.layer_input_bytes + kept_dense * dense.saved_none_bytes
-            if kept_moe and moe is not None:
-                saved += kept_moe * moe.saved_none_bytes
+            saved = recomputed * self.layer_input_bytes
+            for kind, kept in self._layer_counts(chunk, recomputed):
+                saved += kept * facts[kind.name].saved_none_bytes
             if recomputed:
-                working = max(
-                    dense.saved_none_bytes if n - n_moe else 0.0, moe.saved_none_bytes if n_moe and moe else 0.0
-                )
+                present = [facts[kind.name].saved_none_bytes for kind, count in self._layer_counts(chunk, 0) if count]
+                working = max([0.0, *present])
         else:
-            saved = (n - n_moe) * dense.saved_bytes(mode)
-            if n_moe and moe is not None:
-                saved += n_moe * moe.saved_bytes(mode)
-        if has_head:
-            saved += facts["head"].saved_none_bytes
-            if "mtp" in facts:
-                saved += self.model.mtp_num_layers * facts["mtp"].saved_none_bytes
+            saved = 0.0
+            for kind, count in self._layer_counts(chunk, 0):
+                saved += count * facts[kind.name].saved_bytes(mode)
+        for kind, count in self._edges(chunk):  # edge blocks are never recomputed
+            saved += count * facts[kind.name].saved_none_bytes
         return saved, working
 
     def peak_bytes(self, mode: str, full_layers: int | None = None) -> float:

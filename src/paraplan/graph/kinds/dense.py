@@ -1,0 +1,15 @@
+"""Dense decoder layer: attention (GQA/MQA, or MLA) and a dense MLP; the default decoder layer."""
+
+from __future__ import annotations
+
+from paraplan.graph import layers as L
+from paraplan.graph.kinds.base import LayerKind, Placement
+from paraplan.graph.ops import Op
+from paraplan.specs.model import ModelSpec
+
+
+def _ops(model: ModelSpec, shard: L.Shard) -> list[Op]:
+    return L.decoder_layer_ops(model, shard, moe=False)
+
+
+KIND = LayerKind(name="dense", placement=Placement.LAYER, ops=_ops)

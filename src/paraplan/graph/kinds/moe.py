@@ -1,0 +1,20 @@
+"""MoE decoder layer: attention and a routed-expert MLP (`first_k_dense_replace`, `moe_layer_freq` choose which
+layers: `ModelSpec.is_moe_layer`)."""
+
+from __future__ import annotations
+
+from paraplan.graph import layers as L
+from paraplan.graph.kinds.base import LayerKind, Placement
+from paraplan.graph.ops import Op
+from paraplan.specs.model import ModelSpec
+
+
+def _ops(model: ModelSpec, shard: L.Shard) -> list[Op]:
+    return L.decoder_layer_ops(model, shard, moe=True)
+
+
+def _claims(model: ModelSpec, layer: int) -> bool:
+    return model.is_moe_layer(layer)
+
+
+KIND = LayerKind(name="moe", placement=Placement.LAYER, ops=_ops, claims=_claims)
