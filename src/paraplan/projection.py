@@ -33,7 +33,6 @@ from paraplan.memory.model import MemoryResult, comm_buffer_bytes, rank_memory, 
 from paraplan.result import Projection
 from paraplan.sim.costs import ChunkCost, PipelineCosts
 from paraplan.sim.pipeline import ChunkExtras, play_pipeline
-from paraplan.sim.schedules import chunk_model_stage
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
@@ -356,7 +355,7 @@ def project_specs(
     shard = L.Shard.of(train)
     ctx_key, groups = _context(system, train, cal, options.timer)
     chunks = chunks_per_rank(train)
-    holder = chunk_model_stage(train.pipeline_schedule, train.pp, train.vpp)
+    holder = train.schedule.chunk_model_stage(train.pp, train.vpp)
     layer_input_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
 
     sums: dict[Parts, _StageSums] = {}  # stages with the same layers cost the same

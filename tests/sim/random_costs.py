@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from paraplan.sim.costs import ChunkCost, PipelineCosts
-from paraplan.sim.schedules import chunks_per_rank
+from paraplan.specs.schedule import schedule as schedule_named
 
 
 def random_chunk(rng: random.Random, fsdp: bool) -> ChunkCost:
@@ -29,7 +29,7 @@ def random_chunk(rng: random.Random, fsdp: bool) -> ChunkCost:
 
 def random_pipeline(rng: random.Random, schedule: str, pp: int, vpp: int, m: int, fsdp: bool) -> PipelineCosts:
     """A whole schedule's costs: random chunks, p2p (large enough sometimes to queue sends), overlap flags."""
-    n_chunks = chunks_per_rank(schedule, vpp)
+    n_chunks = schedule_named(schedule).chunks_per_rank(vpp)
     return PipelineCosts(
         schedule=schedule,
         num_microbatches=m,

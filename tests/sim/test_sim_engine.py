@@ -8,7 +8,7 @@ from random_costs import random_pipeline
 
 from paraplan.sim.costs import ChunkCost, PipelineCosts, uniform_chunk, uniform_costs
 from paraplan.sim.engine import simulate
-from paraplan.sim.schedules import SCHEDULES, chunks_per_rank, validate_schedule
+from paraplan.specs.schedule import SCHEDULES, validate_schedule
 
 F_S, B_S, W_S = 0.75, 1.25, 0.5  # exact in binary, so closed forms hold to the last bit
 
@@ -145,9 +145,9 @@ def random_costs(rng: random.Random, schedule: str) -> PipelineCosts:
     return random_pipeline(rng, schedule, pp, vpp, m, fsdp)
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_fast_path_equals_event_engine(schedule: str) -> None:
-    rng = random.Random(SCHEDULES.index(schedule))
+    rng = random.Random(list(SCHEDULES).index(schedule))
     for _ in range(40):
         costs = random_costs(rng, schedule)
         fast = simulate(costs, engine="fast")
@@ -166,7 +166,7 @@ def test_grad_reduce_overlap(schedule: str, pp: int, m: int) -> None:
     chunk = uniform_chunk(1.0, 2.0, 0.0, dp_grad_reduce_s=3.0)
     hidden = run(schedule, pp, m, chunk, vpp=2, overlap_grad_reduce=True)
     exposed = run(schedule, pp, m, chunk, vpp=2, overlap_grad_reduce=False)
-    n_chunks = chunks_per_rank(schedule, 2)
+    n_chunks = SCHEDULES[schedule].chunks_per_rank(2)
     assert exposed.comm_total_s["dp"] == 3.0 * n_chunks
     assert exposed.comm_exposed_s["dp"] == exposed.comm_total_s["dp"]
     assert hidden.comm_exposed_s["dp"] < hidden.comm_total_s["dp"]
@@ -310,7 +310,7 @@ def test_static_and_swept_orders_are_topological(shape: tuple) -> None:
                     assert position[int(plan.send_producer[slot - plan.send_base])] < position[task]
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_without_breakdown_the_figures_are_the_same(schedule: str) -> None:
     chunk = uniform_chunk(
         1e-3, 2e-3, 1e-3, comm_total_s={"tp": 4e-4}, comm_exposed_s={"tp": 1e-4}, dp_grad_reduce_s=5e-3

@@ -7,8 +7,8 @@ import pytest
 from random_costs import random_pipeline
 
 from paraplan.sim.engine import fast_timeline, plan_for, simulate
-from paraplan.sim.schedules import SCHEDULES, validate_schedule
 from paraplan.sim.tables import build_tables
+from paraplan.specs.schedule import SCHEDULES, validate_schedule
 
 pytest.importorskip("numba")
 
@@ -32,7 +32,7 @@ def bits(values) -> np.ndarray:
 
 
 @pytest.mark.parametrize("fsdp", [False, True])
-@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_compiled_loops_give_the_same_bits(schedule: str, fsdp: bool) -> None:
     rng = random.Random(f"{schedule} {fsdp}")
     shapes = [c for c in cases() if c[0] == schedule]
@@ -52,7 +52,7 @@ def test_compiled_loops_give_the_same_bits(schedule: str, fsdp: bool) -> None:
             assert all(type(x) is float for x in jit.rank_done_s)
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_simulate_is_the_same_with_and_without_the_compiled_loops(schedule: str, monkeypatch) -> None:
     rng = random.Random(schedule)
     for _, pp, vpp, m in [c for c in cases() if c[0] == schedule]:

@@ -1,75 +1,22 @@
-"""Schedule layouts, rules and the static per-rank programs."""
+"""The static per-rank programs of the schedules, and their builders' agreement with the declared geometry."""
 
 from collections import Counter
 
 import pytest
 
-from paraplan.sim.schedules import (
-    BW,
-    SCHEDULES,
-    B,
-    F,
-    W,
-    chunk_model_stage,
-    chunks_per_rank,
-    interleaved_warmup,
-    megatron_schedule_table,
-    param_copies,
-    rank_programs,
-    stage_order,
-    stage_paths,
-    validate_schedule,
-)
+from paraplan.sim.one_f_one_b import interleaved_warmup, megatron_schedule_table
+from paraplan.sim.program import BW, B, F, W
+from paraplan.sim.schedules import PROGRAM_BUILDERS, action_arrays, rank_programs
+from paraplan.specs.schedule import SCHEDULES, validate_schedule
 
 
-def test_stage_order_layouts() -> None:
-    assert stage_order("1f1b", 4, 1) == [(0, 0), (1, 0), (2, 0), (3, 0)]
-    # Megatron interleaved: chunk c of rank r holds virtual stage c*pp + r
-    assert stage_order("interleaved", 2, 3) == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
-    v_shape = [(0, 0), (1, 0), (2, 0), (2, 1), (1, 1), (0, 1)]
-    assert stage_order("zb-v", 3, 2) == v_shape
-    assert stage_order("dualpipev", 3, 2) == v_shape
-    assert stage_order("dualpipe", 4, 2) == [(0, 0), (1, 0), (2, 0), (3, 0)]
-    # dualpipe: rank r holds stage r (direction 0) and a copy of stage p-1-r (direction 1)
-    assert chunk_model_stage("dualpipe", 4, 2) == ((0, 3), (1, 2), (2, 1), (3, 0))
-    assert stage_paths("dualpipe", 4, 2)[1] == ((3, 1), (2, 1), (1, 1), (0, 1))
-    assert chunk_model_stage("zb-v", 3, 2) == ((0, 5), (1, 4), (2, 3))
-
-
-def test_chunks_and_copies() -> None:
-    assert [chunks_per_rank(s, 4) for s in SCHEDULES] == [1, 1, 4, 1, 2, 2, 2]
-    assert [param_copies(s) for s in SCHEDULES] == [1, 1, 1, 1, 1, 2, 1]
-    with pytest.raises(ValueError, match="unknown pipeline schedule"):
-        chunks_per_rank("pipedream", 1)
-
-
-def test_validate_reports_every_rule_with_numbers() -> None:
-    assert validate_schedule("1f1b", 4, 1, 8) == []
-    assert validate_schedule("1f1b", 8, 2, 4) == [
-        "vpp=2 needs the interleaved schedule (1f1b holds one chunk per rank)",
-    ]
-    assert validate_schedule("zb-h1", 8, 1, 4) == ["zb-h1 needs micro-batches >= pp (got 4 < 8)"]
-    assert validate_schedule("dualpipe", 3, 2, 5) == [
-        "dualpipe needs an even pp (got pp=3)",
-        "dualpipe needs an even number of micro-batches (got 5)",
-        "dualpipe needs micro-batches >= 2*pp (got 5 < 6)",
-    ]
-    assert validate_schedule("interleaved", 4, 1, 2) == [
-        "interleaved 1F1B needs vpp >= 2 (got vpp=1); use 1f1b",
-        "interleaved 1F1B needs micro-batches divisible by pp (got 2 % 4 = 2)",
-        "interleaved 1F1B needs micro-batches >= pp (got 2 < 4)",
-    ]
-    assert "unknown" in validate_schedule("nope", 4, 1, 8)[0]
-    assert validate_schedule("gpipe", 0, 1, 8) == ["pipeline parallel size must be >= 1 (got pp=0)"]
-
-
-@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 @pytest.mark.parametrize("pp", [1, 2, 4])
 def test_every_action_runs_once(schedule: str, pp: int) -> None:
     m = 3 * pp
-    vpp = 3 if schedule == "interleaved" else 1
+    vpp = 3 if SCHEDULES[schedule].interleaves else 1
     programs = rank_programs(schedule, pp, vpp, m)
-    n_chunks = chunks_per_rank(schedule, vpp)
+    n_chunks = SCHEDULES[schedule].chunks_per_rank(vpp)
     for rank, prog in enumerate(programs):
         counts = Counter((kind if kind != BW else "BW", chunk, mb) for kind, chunk, mb in prog.actions)
         assert max(counts.values()) == 1
@@ -78,7 +25,7 @@ def test_every_action_runs_once(schedule: str, pp: int) -> None:
         weights = {(c, mb) for kind, c, mb in prog.actions if kind in (W, BW)}
         assert forwards == backs == weights
         per_chunk = Counter(c for c, _ in forwards)
-        if schedule == "dualpipe":
+        if SCHEDULES[schedule].microbatch_direction(m, m - 1):  # two directions: each chunk sees its half
             assert per_chunk == ({0: m // 2, 1: m // 2} if pp > 1 else {0: m // 2, 1: m - m // 2})
         else:
             assert per_chunk == {c: m for c in range(n_chunks)}, (rank, per_chunk)
@@ -116,8 +63,6 @@ def test_dualpipe_follows_the_repository_steps() -> None:
 @pytest.mark.parametrize("paired", [False, True])
 def test_action_arrays_match_the_programs(schedule: str, paired: bool) -> None:
     """The numpy generation of the 1F1B family gives `rank_programs` exactly, pairs included."""
-    from paraplan.sim.actions import action_arrays
-
     for pp in (2, 3, 4, 8):
         for vpp in (1,) if schedule == "1f1b" else (2, 3, 5):
             for m in (1, 2, pp, 2 * pp, 3 * pp + 1):
@@ -130,3 +75,71 @@ def test_action_arrays_match_the_programs(schedule: str, paired: bool) -> None:
                 assert arrays.lengths.tolist() == [len(p.actions) for p in programs]
                 offsets = [sum(len(p.actions) for p in programs[:r]) for r in range(pp)]
                 assert arrays.pair_starts.tolist() == [offsets[r] + k for r, p in enumerate(programs) for k in p.pairs]
+
+
+# ------------------------------------------------------------------ builders vs. declared geometry
+def test_every_declared_schedule_has_one_builder() -> None:
+    assert list(PROGRAM_BUILDERS) == list(SCHEDULES)
+
+
+def _shapes(schedule: str) -> list[tuple[int, int, int]]:
+    """(pp, vpp, micro-batches) the schedule accepts, small enough to check every action."""
+    vpps = (2, 3) if SCHEDULES[schedule].interleaves else (1,)
+    shapes = [(pp, vpp, m) for pp in (1, 2, 3, 4, 6) for vpp in vpps for m in (1, 2, pp, 2 * pp, 3 * pp + 1, 4 * pp)]
+    return [shape for shape in shapes if not validate_schedule(schedule, *shape)]
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+@pytest.mark.parametrize("paired", [False, True])
+def test_programs_match_the_declared_geometry(schedule: str, paired: bool) -> None:
+    """Every action runs on a chunk the rank holds, and each micro-batch's forward, input gradient and weight
+    gradient visit exactly the (rank, chunk)s of its declared path; B and W apart only where the schedule
+    splits the backward; F&B pairs where it always pairs them; no forward after a backward where all
+    forwards run first."""
+    spec = SCHEDULES[schedule]
+    assert _shapes(schedule), "some shape is valid"
+    for pp, vpp, m in _shapes(schedule):
+        programs = rank_programs(schedule, pp, vpp, m, paired)
+        assert len(programs) == pp
+        n_chunks = spec.chunks_per_rank(vpp)
+        paths = spec.stage_paths(pp, vpp)
+        visits: dict[tuple[int, int], set[tuple[int, int]]] = {}  # (kind group, mb) -> (rank, chunk)s
+        for rank, program in enumerate(programs):
+            for kind, chunk, mb in program.actions:
+                assert 0 <= chunk < n_chunks, (schedule, pp, vpp, m, rank, chunk)
+                assert 0 <= mb < m
+                # 0: forwards; 1: input gradients (B or BW); 2: weight gradients (W or BW)
+                for group in {F: (0,), B: (1,), W: (2,), BW: (1, 2)}[kind]:
+                    visits.setdefault((group, mb), set()).add((rank, chunk))
+            for k in program.pairs:
+                assert program.actions[k][0] == F and program.actions[k + 1][0] in (B, BW)
+        for mb in range(m):
+            path = set(paths[spec.microbatch_direction(m, mb)])
+            assert visits[(0, mb)] == visits[(1, mb)] == visits[(2, mb)] == path, (schedule, pp, vpp, m, mb)
+        kinds = {kind for program in programs for kind, _, _ in program.actions}
+        if not spec.split_backward:
+            assert kinds <= {F, BW}, (schedule, kinds)
+        elif pp > 1 and m >= 2 * pp:
+            assert B in kinds and W in kinds, (schedule, pp, m)
+        if spec.pairs_forward_backward and pp > 1:
+            assert any(program.pairs for program in programs)
+        if spec.all_forwards_first and pp > 1:  # with pp = 1 every schedule runs micro-batch by micro-batch
+            for program in programs:
+                first_back = next(i for i, a in enumerate(program.actions) if a[0] != F)
+                assert all(a[0] != F for a in program.actions[first_back:])
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_action_arrays_of_every_schedule_are_its_programs(schedule: str) -> None:
+    for pp, vpp, m in _shapes(schedule)[:12]:
+        programs = rank_programs(schedule, pp, vpp, m, True)
+        arrays = action_arrays(schedule, pp, vpp, m, True)
+        flat = [a for p in programs for a in p.actions]
+        assert list(zip(arrays.kind.tolist(), arrays.chunk.tolist(), arrays.mb.tolist(), strict=True)) == flat
+
+
+def test_programs_reject_what_the_rules_reject() -> None:
+    with pytest.raises(ValueError, match="needs micro-batches >= 2\\*pp"):
+        rank_programs("dualpipev", 4, 1, 4)
+    with pytest.raises(ValueError, match="unknown"):
+        rank_programs("pipedream", 4, 1, 8)

@@ -34,6 +34,7 @@ from paraplan.errors import ConfigError
 from paraplan.memory.model import GIB
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.result import Projection
+from paraplan.specs.schedule import SCHEDULES, megatron_schedule
 from paraplan.validate.evidence import evidence_for
 
 Opt = typer.Option
@@ -76,9 +77,7 @@ def _projection_command(
     ep_overlap: Annotated[bool | None, Opt("--ep-overlap/--no-ep-overlap")] = None,
     moe_dispatcher: MoeDispatcherOpt = None,
     precision: Annotated[str | None, Opt("--precision", help="fp16 bf16 fp8 fp8_cs fp8_blockwise mxfp8 nvfp4")] = None,
-    schedule: Annotated[
-        str | None, Opt("--schedule", help="gpipe 1f1b interleaved zb-h1 zb-v dualpipe dualpipev")
-    ] = None,
+    schedule: Annotated[str | None, Opt("--schedule", help=" ".join(SCHEDULES))] = None,
     attention_backend: Annotated[str | None, Opt("--attention-backend", help="flash | unfused")] = None,
     kernel_fusion: KernelFusionOpt = None,
     cross_entropy_fusion: CrossEntropyFusionOpt = None,
@@ -221,8 +220,8 @@ def _projection_command(
             framework=framework,
         ),
     )
-    if vpp and vpp > 1 and schedule is None and train.pipeline_schedule == "1f1b":
-        train = train.with_values(pipeline_schedule="interleaved")
+    if vpp and vpp > 1 and schedule is None and train.pipeline_schedule == megatron_schedule(1).name:
+        train = train.with_values(pipeline_schedule=megatron_schedule(vpp).name)  # as Megatron-LM picks it
     timer = _profile_timer(profile, system.gpu.name, analytic)
     if hybrid and ctx.info_name == "project":
         from paraplan.hybrid.cli import hybrid_command

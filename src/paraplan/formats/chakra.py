@@ -13,7 +13,8 @@ node waits for the one before it on its rank's compute stream (receives block, a
 and overlapped DP collectives hang off the node that produces their data.
 
 Ranks follow Megatron's order (tp fastest, then cp, dp, pp; experts as etp, ep, edp within a stage).
-ZB-V and DualPipe(V) are not exported; ZB-H1 is written in 1F1B order.
+Schedules of Megatron's stage layout are exported (`Layout.LOOP`: not ZB-V and DualPipe(V)); ZB-H1 is written
+in 1F1B order.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind, Phase
 from paraplan.graph.partition import chunks_per_rank, model_stage_ranks, virtual_stages
 from paraplan.projection import group_placements
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.schedule import SCHEDULES, Layout
+from paraplan.specs.schedule import schedule as schedule_named
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import check
@@ -55,14 +58,15 @@ COLL_TYPE = {
     CommKind.ALL_TO_ALL: CollectiveCommType.ALL_TO_ALL,
 }
 AXIS_GROUP = {CommAxis.TP: "tp", CommAxis.CP: "cp", CommAxis.EP: "ep", CommAxis.ETP: "etp"}
-EXPORTED_SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
+EXPORTED_SCHEDULES = tuple(name for name, s in SCHEDULES.items() if s.layout is Layout.LOOP)
+"""Schedules whose stages sit as Megatron's do (stage s on rank s % pp); played in GPipe's order or 1F1B's."""
 
 
 # ----------------------------------------------------------------------------- schedule order
 def schedule_items(schedule: str, pp: int, rank: int, m: int, chunks: int) -> list[tuple[str, int, int]]:
     """(F or B, micro-batch, local chunk) in the order pipeline rank `rank` runs them (Megatron-core's
-    `forward_backward_pipelining_with(out)_interleaving`, micro-batch groups of pp)."""
-    if schedule == "gpipe":
+    `forward_backward_pipelining_with(out)_interleaving`, micro-batch groups of pp; GPipe's all forwards first)."""
+    if schedule_named(schedule).all_forwards_first:
         return [("F", mb, 0) for mb in range(m)] + [("B", mb, 0) for mb in range(m)]
     if chunks == 1:
         warmup = min(pp - rank - 1, m)
@@ -323,8 +327,7 @@ def rank_program(
     refetch = {v: _refetch(parts[v], params[v]) for v in parts} if train.refetches_recomputed_params else {}
     p2p_bytes = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
     p2p_micros = _micros(costs.collective_s(CommKind.SEND_RECV, p2p_bytes, "pp"))
-    schedule = "gpipe" if train.pipeline_schedule == "gpipe" else "1f1b"
-    items = schedule_items(schedule, train.pp, pp_rank, train.num_microbatches, chunks)
+    items = schedule_items(train.pipeline_schedule, train.pp, pp_rank, train.num_microbatches, chunks)
     last_backward = {c: max(i for i, (k, _, c2) in enumerate(items) if k == "B" and c2 == c) for c in range(chunks)}
     program = _Program(costs)
     grad_bytes, param_bytes = train.grad_reduce_bytes, train.param_gather_bytes

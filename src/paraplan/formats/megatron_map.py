@@ -31,6 +31,7 @@ from paraplan.formats.megatron_layout import (
 )
 from paraplan.graph.partition import chunks_per_rank
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.schedule import megatron_schedule
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 
@@ -277,7 +278,7 @@ def specs_from_megatron(
         problems.add(f"virtual pipeline stages ({vpp} per rank) need {label('pipeline_model_parallel_size')} > 1")
     if vpp > 1:
         train["virtual_pipeline_model_parallel_size"] = vpp
-        train["pipeline_schedule"] = "interleaved"
+        train["pipeline_schedule"] = megatron_schedule(vpp).name
     if schedule:
         train["pipeline_schedule"] = schedule
     # ---- model
@@ -469,7 +470,7 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
     out["tensor_model_parallel_size"] = train.tp
     out["pipeline_model_parallel_size"] = train.pp
     chunks = chunks_per_rank(train)
-    if train.pipeline_schedule not in ("1f1b", "interleaved") and train.pp > 1:
+    if "megatron" not in train.schedule.framework_names and train.pp > 1:
         gaps.append(f"pipeline schedule {train.pipeline_schedule} (Megatron-LM runs 1F1B or interleaved 1F1B)")
         chunks = 1
     if train.pipeline_layout is not None:

@@ -409,7 +409,7 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
     if model.mtp_num_layers:
         m["mtp_num_layers"] = model.mtp_num_layers
     chunks = chunks_per_rank(train)
-    if train.pipeline_schedule not in ("1f1b", "interleaved") and train.pp > 1:
+    if "megatron" not in train.schedule.framework_names and train.pp > 1:  # NeMo runs Megatron-core's
         gaps.append(f"pipeline schedule {train.pipeline_schedule} (Megatron-core runs 1F1B or interleaved 1F1B)")
         chunks = 1
     m.update(

@@ -33,6 +33,7 @@ from paraplan.formats.common import (
 from paraplan.formats.megatron_args import BY_DEST
 from paraplan.formats.megatron_map import megatron_values, specs_from_megatron, typed_value
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.schedule import SCHEDULES
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import resolve_dp
@@ -42,6 +43,8 @@ TOP_KEYS = frozenset({"work_group", "user_name", "exp_name", "workspace", "modul
 MODULE_KEYS = frozenset({"framework", "config", "model", "overrides"})
 # Primus's zero-bubble pipeline switches (from the zero-bubble Megatron fork it integrates).
 ZERO_BUBBLE_KEYS = ("enable_zero_bubble", "zero_bubble_v_schedule")
+PRIMUS_SCHEDULES = {s.framework_names["primus"]: name for name, s in SCHEDULES.items() if "primus" in s.framework_names}
+"""The switch that selects a zero-bubble schedule (beside `enable_zero_bubble`) -> paraplan's schedule name."""
 # Primus keys that do not change the plan (logging, data, checkpointing, ROCm kernel switches).
 PRIMUS_IGNORED = frozenset(
     (
@@ -188,7 +191,8 @@ def read_primus(
                 continue
             values[key] = None if raw is None else typed_value(arg, raw, where_key, problems)
     if values.pop("enable_zero_bubble", None):
-        schedule = "zb-v" if values.pop("zero_bubble_v_schedule", None) else "zb-h1"
+        switch = "zero_bubble_v_schedule" if values.pop("zero_bubble_v_schedule", None) else "enable_zero_bubble"
+        schedule = PRIMUS_SCHEDULES[switch]
     elif values.pop("zero_bubble_v_schedule", None):
         problems.add("zero_bubble_v_schedule needs enable_zero_bubble: true")
     name = (path.stem if path else "primus") if not module.get("model") else Path(str(module["model"])).stem
@@ -209,11 +213,11 @@ def write_primus(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, s
     """A Primus experiment whose `overrides` carry the whole plan (model shape included)."""
     train = resolve_dp(train, system)
     values, gaps = megatron_values(model, system, train)
-    if train.pipeline_schedule in ("zb-h1", "zb-v"):
+    switch = train.schedule.framework_names.get("primus")
+    if switch:
         gaps = [g for g in gaps if not g.startswith("pipeline schedule")]
         values["enable_zero_bubble"] = True
-        if train.pipeline_schedule == "zb-v":
-            values["zero_bubble_v_schedule"] = True
+        values[switch] = True
     values.pop("tokenizer_type", None)
     overrides = {"train_iters": 100, "mock_data": True, "lr": 1.0e-4, **values}
     preset = preset_matching(model)

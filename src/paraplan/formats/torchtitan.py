@@ -32,6 +32,8 @@ from paraplan.graph.partition import layers_per_virtual_stage
 from paraplan.specs.hf import load_hf_config
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.presets import model_preset
+from paraplan.specs.schedule import DEFAULT_SCHEDULE
+from paraplan.specs.schedule import SCHEDULES as PIPELINE_SCHEDULES
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import resolve_dp
@@ -52,14 +54,14 @@ HF_ASSETS = {
     "deepseek-v3": "./assets/hf/DeepSeek-V3",
 }
 SCHEDULES: Mapping[str, str] = {
-    "1F1B": "1f1b",
-    "GPipe": "gpipe",
-    "Interleaved1F1B": "interleaved",
-    "ZBVZeroBubble": "zb-v",
-    "DualPipeV": "dualpipev",
+    s.framework_names["torchtitan"]: name for name, s in PIPELINE_SCHEDULES.items() if "torchtitan" in s.framework_names
 }
+"""torchtitan's `pipeline_parallel_schedule` -> paraplan's schedule name (`PipelineSchedule.framework_names`)."""
 SCHEDULE_NAMES = {v: k for k, v in SCHEDULES.items()}
 MULTI_STAGE = frozenset({"Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble", "LoopedBFS", "DualPipeV"})
+"""torchtitan's schedules with more than one stage per rank (two by default)."""
+TWO_STAGE = frozenset(tt for tt, name in SCHEDULES.items() if PIPELINE_SCHEDULES[name].chunks == 2)
+"""Schedules that run exactly two stages per rank (the V shapes: ZBVZeroBubble, DualPipeV)."""
 CHECKED: Mapping[str, frozenset[str]] = {
     "model": frozenset("name flavor hf_assets_path tokenizer_path converters print_after_conversion norm_type".split()),
     "training": frozenset(
@@ -348,7 +350,7 @@ def _stages(
         if model is None:
             train["account_for_embedding_in_pipeline_split"] = first_w == 1
             train["account_for_loss_in_pipeline_split"] = last_w == 1
-            if schedule in MULTI_STAGE and schedule not in ("ZBVZeroBubble", "DualPipeV"):
+            if schedule in MULTI_STAGE and schedule not in TWO_STAGE:
                 train["virtual_pipeline_model_parallel_size"] = 2
         return
     if len(counts) % pp or min(counts) < 0 or (layers is not None and sum(counts) != layers):
@@ -357,11 +359,11 @@ def _stages(
     per_rank = len(counts) // pp
     if schedule not in MULTI_STAGE and per_rank != 1:
         problems.add(f"pipeline_parallel_schedule {schedule} runs one stage per rank, the split gives {per_rank}")
-    elif schedule in ("ZBVZeroBubble", "DualPipeV") and per_rank != 2:
+    elif schedule in TWO_STAGE and per_rank != 2:
         problems.add(f"pipeline_parallel_schedule {schedule} runs two stages per rank, the split gives {per_rank}")
     elif schedule in MULTI_STAGE and per_rank < 2:
         problems.add(f"pipeline_parallel_schedule {schedule} needs at least two stages per rank (got {per_rank})")
-    if schedule == "Interleaved1F1B":
+    if schedule in SCHEDULES and PIPELINE_SCHEDULES[SCHEDULES[schedule]].interleaves:
         train["virtual_pipeline_model_parallel_size"] = per_rank
     train["pipeline_layout"] = tuple(counts)
 
@@ -392,7 +394,7 @@ def dump_toml(doc: Mapping[str, Mapping[str, Any]]) -> str:
 def _stage_keys(model: ModelSpec, train: TrainingSpec, gaps: list[str]) -> dict[str, Any]:
     counts = layers_per_virtual_stage(model, train)
     stages = len(counts)
-    default_stages = train.pp * (2 if train.pipeline_schedule in ("interleaved", "zb-v", "dualpipev") else 1)
+    default_stages = train.pp * (2 if SCHEDULE_NAMES.get(train.pipeline_schedule) in MULTI_STAGE else 1)
     for first_w, last_w in ((1, 1), (0, 0), (1, 0), (0, 1)):
         if torchtitan_split(model.num_layers, stages, first_w, last_w) != counts:
             continue
@@ -463,11 +465,11 @@ def write_torchtitan(model: ModelSpec, system: SystemSpec, train: TrainingSpec, 
     par["pipeline_parallel_degree"] = train.pp
     if train.pp > 1:
         schedule = SCHEDULE_NAMES.get(train.pipeline_schedule)
-        if schedule is None or (schedule == "Interleaved1F1B" and train.vpp < 2):
+        if schedule is None or (train.schedule.interleaves and train.vpp < 2):
             if schedule is None:
                 gaps.append(f"pipeline schedule {train.pipeline_schedule}: 1F1B used")
-            schedule = "1F1B"
-            train = replace(train, pipeline_schedule="1f1b", virtual_pipeline_model_parallel_size=1)
+            schedule = SCHEDULE_NAMES[DEFAULT_SCHEDULE]
+            train = replace(train, pipeline_schedule=DEFAULT_SCHEDULE, virtual_pipeline_model_parallel_size=1)
         par["pipeline_parallel_schedule"] = schedule
         par["pipeline_parallel_microbatch_size"] = train.mbs
         par.update(_stage_keys(model, train, gaps))

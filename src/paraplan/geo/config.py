@@ -24,9 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from paraplan.errors import ConfigError
 from paraplan.geo.wan import DEFAULT_MSS_BYTES
+from paraplan.specs.schedule import DEFAULT_SCHEDULE, SCHEDULES
 
-GEO_SCHEDULES = ("1f1b", "gpipe")
-"""Schedules with one model chunk per rank: each datacenter then holds one contiguous run of stages."""
+GEO_SCHEDULES = tuple(name for name, s in SCHEDULES.items() if s.chunks == 1 and not s.split_backward)
+"""Schedules with one model chunk per rank (each datacenter then holds one contiguous run of stages) and the
+backward in one piece (gpipe, 1f1b)."""
 
 
 class _Strict(BaseModel):
@@ -72,11 +74,19 @@ class TrainingConfig(_Strict):
     gbs: int = Field(gt=0)
     recompute: Literal["none", "selective", "full"] = "none"
     precision: str = "bf16"
-    schedule: Literal["1f1b", "gpipe"] = "1f1b"
+    schedule: str = DEFAULT_SCHEDULE
+    """One of GEO_SCHEDULES."""
     distributed_optimizer: bool = True
     sequence_parallel: bool = True
     """Applied whenever tp > 1."""
     framework: str = "megatron-lm"
+
+    @field_validator("schedule")
+    @classmethod
+    def _geo_schedule(cls, value: str) -> str:
+        if value not in GEO_SCHEDULES:
+            raise ValueError(f"geo plays {' or '.join(GEO_SCHEDULES)} (one chunk per rank, the backward whole)")
+        return value
 
     @field_validator("precision")
     @classmethod

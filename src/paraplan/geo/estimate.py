@@ -12,6 +12,7 @@ from __future__ import annotations
 from paraplan.geo.plan import GeoPlan, PipelineGroup
 from paraplan.geo.topology import GeoSystem
 from paraplan.geo.wan import rate_gbps, ring_allreduce_s, serialization_s
+from paraplan.specs.schedule import schedule as schedule_named
 
 
 def _group_pipeline_s(plan: GeoPlan, group: PipelineGroup, geo: GeoSystem) -> float:
@@ -34,7 +35,7 @@ def _group_pipeline_s(plan: GeoPlan, group: PipelineGroup, geo: GeoSystem) -> fl
         link_load.append(load)
     round_trip = sum(stage_s) + 2 * sum(delays)
     period = max(max(stage_s), max(link_load), round_trip / p)
-    if plan.schedule == "gpipe":
+    if schedule_named(plan.schedule).all_forwards_first:  # no in-flight bound: the round trip does not limit
         period = max(max(stage_s), max(link_load))
     return (m - 1) * period + round_trip
 

@@ -2,7 +2,7 @@
 
 Every pipeline stage (a TP group of GPUs) has a compute stream; every WAN link direction is a stream of its
 own (sends inside a datacenter are plain delays: its fabric is never the bottleneck for one activation).
-The compute streams play the core's schedule programs (`sim.schedules`); the activation of micro-batch i
+The compute streams play the core's schedule programs (`paraplan.sim.schedules`); the activation of micro-batch i
 crosses from stage s to s+1 after F(s, i), its gradient back after B(s+1, i).
 
 WAN sharing (Atlas, Palak et al. 2024):
@@ -27,7 +27,8 @@ from paraplan.geo.plan import GeoPlan, PipelineGroup
 from paraplan.geo.topology import GeoSystem
 from paraplan.geo.wan import WanLink, rate_gbps, ring_allreduce_s, serialization_s
 from paraplan.sim.des import EventEngine
-from paraplan.sim.schedules import BW, KIND_NAMES, B, F, W, rank_programs
+from paraplan.sim.program import BW, KIND_NAMES, B, F, W
+from paraplan.sim.schedules import rank_programs
 
 Interval = tuple[float, float]
 

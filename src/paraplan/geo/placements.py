@@ -35,6 +35,7 @@ from paraplan.geo.stages import (
 )
 from paraplan.geo.topology import GeoSystem
 from paraplan.geo.wan import Sharing
+from paraplan.specs.schedule import schedule as schedule_named
 
 TP_DEFAULT = (1, 2, 4, 8)
 MEMORY_CHECKS = 48  # candidates checked for memory, in estimate order, before giving up
@@ -94,7 +95,7 @@ def pp_plan(
         return None
     m = microbatches or setup.samples // pipelines
     total = sum(stages_per_dc)
-    if setup.schedule == "1f1b" and m < total:
+    if not schedule_named(setup.schedule).all_forwards_first and m < total:
         return None
     systems = [(name, geo.dc(name).system) for name, k in zip(order, stages_per_dc, strict=True) for _ in range(k)]
     stages = pipeline_stages(setup, systems, tp)
@@ -134,7 +135,7 @@ def dp_plan(setup: TrainSetup, geo: GeoSystem, ring: Sequence[str], tp: int, pp:
     if reps is None or pp > setup.model.num_layers:
         return None
     m = setup.samples // sum(reps)
-    if setup.schedule == "1f1b" and m < pp:
+    if not schedule_named(setup.schedule).all_forwards_first and m < pp:
         return None
     groups = []
     first = sub.datacenters[0]

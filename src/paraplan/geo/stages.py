@@ -21,6 +21,7 @@ from paraplan.graph.ops import CommKind
 from paraplan.memory.model import GIB
 from paraplan.projection import block_context, project_specs
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.schedule import DEFAULT_SCHEDULE
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 
@@ -39,7 +40,7 @@ class TrainSetup:
     gbs: int
     recompute: str = "none"
     precision: str = "bf16"
-    schedule: str = "1f1b"
+    schedule: str = DEFAULT_SCHEDULE
     distributed_optimizer: bool = True
     sequence_parallel: bool = True
     framework: str = "megatron-lm"
@@ -65,7 +66,7 @@ class TrainSetup:
             recompute_granularity=self.recompute,  # type: ignore[arg-type]
             use_distributed_optimizer=self.distributed_optimizer,
             precision=self.precision,
-            pipeline_schedule=self.schedule,  # type: ignore[arg-type]
+            pipeline_schedule=self.schedule,
             pipeline_layout=layout,
             framework=self.framework,
         )

@@ -1,8 +1,8 @@
 """Which decoder layers sit on which model stage, and what else each stage holds.
 
 The schedule decides how many model stages there are and which (rank, local chunk) holds each
-(`paraplan.sim.schedules.stage_order`): pp for 1F1B-like schedules and DualPipe (whose second chunk per
-rank is a copy), pp * vpp for interleaved 1F1B, 2 * pp for the V schedules.
+(`paraplan.specs.schedule.PipelineSchedule.stage_order`): pp for 1F1B-like schedules and DualPipe (whose
+second chunk per rank is a copy), pp * vpp for interleaved 1F1B, 2 * pp for the V schedules.
 """
 
 from __future__ import annotations
@@ -10,18 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from paraplan.sim import schedules as S
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.training import TrainingSpec
 
 
 def chunks_per_rank(train: TrainingSpec) -> int:
-    return S.chunks_per_rank(train.pipeline_schedule, train.vpp)
+    return train.schedule.chunks_per_rank(train.vpp)
 
 
 def model_stage_ranks(train: TrainingSpec) -> list[tuple[int, int]]:
     """(rank, local chunk) of each model stage, in model order."""
-    return S.stage_order(train.pipeline_schedule, train.pp, train.vpp)
+    return train.schedule.stage_order(train.pp, train.vpp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +107,7 @@ def split_stages(model: ModelSpec, split: PipelineSplit) -> tuple[VirtualStage, 
     train = TrainingSpec(
         pipeline_model_parallel_size=pp,
         virtual_pipeline_model_parallel_size=vpp,
-        pipeline_schedule=schedule,  # type: ignore[arg-type]
+        pipeline_schedule=schedule,
         pipeline_layout=layout,
         decoder_first_pipeline_num_layers=first,
         decoder_last_pipeline_num_layers=last,

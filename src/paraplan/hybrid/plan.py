@@ -30,7 +30,6 @@ from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import check
 
-ZERO_BUBBLE_SCHEDULES = ("zb-h1", "zb-v", "dualpipe", "dualpipev")  # they run W apart from B
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MEMORY_USE = 0.8  # fraction of a device's memory the benchmark may plan to use (allocator, workspaces)
 FP8 = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
@@ -302,7 +301,7 @@ def plan_benchmark(
         collective_ranks=collective_ranks,
         memory_bytes=memory,
         device_memory_bytes=devices.memory_bytes,
-        split_backward=train.pipeline_schedule in ZERO_BUBBLE_SCHEDULES,
+        split_backward=train.schedule.split_backward,
         cuts=tuple(cuts),
         comm_use=tuple(_comm_use(model, train, L.Shard.of(train), kinds)),
         notes=tuple(notes),

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from paraplan.specs.schedule import SCHEDULES
+from paraplan.specs.schedule import schedule as schedule_named
+
 COMM_KINDS_INTRA = ("tp", "cp", "ep")
 """Intra-layer communication kinds whose exposed part is already inside the compute times (any other key a
 ChunkCost carries, such as "etp", is reported the same way)."""
@@ -62,11 +65,11 @@ class PipelineCosts:
     """Everything one training step's pipeline simulation needs."""
 
     schedule: str
-    """One of `paraplan.sim.schedules.SCHEDULES`."""
+    """A name in `paraplan.specs.schedule.SCHEDULES`."""
     num_microbatches: int
     chunks: tuple[tuple[ChunkCost, ...], ...]
     """chunks[rank][local_chunk]; local chunk c of rank r holds the model stage given by
-    `paraplan.sim.schedules.chunk_model_stage` (stage_order() lists them in model order)."""
+    `PipelineSchedule.chunk_model_stage` (`stage_order` lists them in model order)."""
     p2p_s: float
     """Time to send one micro-batch's boundary activation (or its gradient) to the neighbour stage; 0 if pp=1."""
     optimizer_s: float | Sequence[float]
@@ -80,8 +83,9 @@ class PipelineCosts:
     ep_overlap: bool | None = None
     """Overlap EP all-to-all of one micro-batch with another micro-batch's compute by running a forward and
     a backward as one fused pair (DualPipe, DeepSeek-V3 report section 3.2.1; Megatron-LM's interleaved
-    schedule with `overlap_moe_expert_parallel_comm`). None: on for dualpipe and dualpipev, off otherwise.
-    Schedules without such pairs (gpipe, 1f1b, zb-h1, zb-v) ignore it."""
+    schedule with `overlap_moe_expert_parallel_comm`). None: on where the schedule always pairs them
+    (`PipelineSchedule.pairs_forward_backward`: DualPipe, DualPipeV), off otherwise. Schedules without such pairs
+    (gpipe, 1f1b, zb-h1, zb-v) ignore it."""
     dp_buckets_per_chunk: int = 8
     """Gradient (and parameter) buckets per chunk for the DP overlap model. Megatron's bucket holds 40M
     parameters by default (`--ddp-bucket-size`), so a chunk has about params/40M of them."""
@@ -106,7 +110,8 @@ class PipelineCosts:
 
     def ep_overlap_on(self) -> bool:
         if self.ep_overlap is None:
-            return self.schedule in ("dualpipe", "dualpipev")
+            spec = SCHEDULES.get(self.schedule)
+            return spec is not None and spec.pairs_forward_backward
         return bool(self.ep_overlap)
 
 
@@ -156,9 +161,7 @@ def uniform_costs(
     ep_overlap: bool | None = None,
 ) -> PipelineCosts:
     """The same chunk on every rank and local chunk."""
-    from paraplan.sim.schedules import chunks_per_rank
-
-    n_chunks = chunks_per_rank(schedule, vpp)
+    n_chunks = schedule_named(schedule).chunks_per_rank(vpp)
     return PipelineCosts(
         schedule=schedule,
         num_microbatches=num_microbatches,

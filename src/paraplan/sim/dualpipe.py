@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from paraplan.sim.schedules import BW, Action, B, F, RankProgram, W
+from paraplan.sim.program import BW, Action, B, F, RankProgram, W
 
 
 class _Program:
@@ -98,8 +98,9 @@ def _eight_steps(prog: _Program, half_ranks: int, half_rank: int, chunks: int, i
     assert not prog.weights, "every queued weight gradient runs"
 
 
-def dualpipe(pp: int, m: int) -> tuple[RankProgram, ...]:
-    """DualPipe on pp ranks (even) with m micro-batches (even, >= 2*pp)."""
+def dualpipe(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> tuple[RankProgram, ...]:
+    """DualPipe on pp ranks (even) with m micro-batches (even, >= 2*pp); two chunks per rank whatever vpp says.
+    Its F&B pairs are marked whether or not the caller overlaps them."""
     half = pp // 2
     programs = []
     for rank in range(pp):
@@ -111,8 +112,9 @@ def dualpipe(pp: int, m: int) -> tuple[RankProgram, ...]:
     return tuple(programs)
 
 
-def dualpipev(pp: int, m: int) -> tuple[RankProgram, ...]:
-    """DualPipeV on pp ranks (2 chunks each, V shape) with m >= 2*pp micro-batches."""
+def dualpipev(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> tuple[RankProgram, ...]:
+    """DualPipeV on pp ranks (2 chunks each, V shape, whatever vpp says) with m >= 2*pp micro-batches. Its F&B
+    pairs are marked whether or not the caller overlaps them."""
     programs = []
     for rank in range(pp):
         prog = _Program((0, 1), (0, 0))

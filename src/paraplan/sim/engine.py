@@ -24,10 +24,10 @@ from paraplan.sim.loops import full_loop, full_loop_jit, jit_rows_of, rows_of, s
 from paraplan.sim.plan import Plan, build_plan
 from paraplan.sim.replay import replay
 from paraplan.sim.result import SimResult
-from paraplan.sim.schedules import chunks_per_rank, validate_schedule
 from paraplan.sim.summary import summarize
 from paraplan.sim.tables import DurationTables, build_tables
 from paraplan.sim.timeline import Timeline, bucket_delays_s, param_lead_s
+from paraplan.specs.schedule import SCHEDULES, validate_schedule
 
 
 def check_costs(costs: PipelineCosts) -> list[str]:
@@ -36,12 +36,11 @@ def check_costs(costs: PipelineCosts) -> list[str]:
     pp = costs.pp
     if pp < 1:
         return ["costs hold no pipeline rank"]
-    n_chunks = costs.chunks_per_rank
-    vpp = n_chunks if costs.schedule == "interleaved" else 1
+    vpp = _vpp(costs)
     problems += validate_schedule(costs.schedule, pp, vpp, costs.num_microbatches)
     if problems:
         return problems
-    want = chunks_per_rank(costs.schedule, vpp)
+    want = SCHEDULES[costs.schedule].chunks_per_rank(vpp)
     for rank, row in enumerate(costs.chunks):
         if len(row) != want:
             problems.append(f"rank {rank} has {len(row)} chunks; {costs.schedule} needs {want}")
@@ -58,10 +57,14 @@ def check_costs(costs: PipelineCosts) -> list[str]:
     return problems
 
 
+def _vpp(costs: PipelineCosts) -> int:
+    """The virtual pipeline size the costs' chunks stand for: their count where the schedule interleaves, else 1."""
+    spec = SCHEDULES.get(costs.schedule)
+    return costs.chunks_per_rank if spec is not None and spec.interleaves else 1
+
+
 def plan_for(costs: PipelineCosts) -> Plan:
-    n_chunks = costs.chunks_per_rank
-    vpp = n_chunks if costs.schedule == "interleaved" else 1
-    return build_plan(costs.schedule, costs.pp, vpp, costs.num_microbatches, costs.ep_overlap_on())
+    return build_plan(costs.schedule, costs.pp, _vpp(costs), costs.num_microbatches, costs.ep_overlap_on())
 
 
 def simulate(

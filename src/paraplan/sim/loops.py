@@ -16,6 +16,7 @@ import numpy as np
 
 from paraplan.sim.costs import PipelineCosts
 from paraplan.sim.loops_jit import JitRows, loops
+from paraplan.sim.order import order_of
 from paraplan.sim.plan import Plan
 from paraplan.sim.tables import DurationTables
 from paraplan.sim.timeline import Timeline, bucket_delays_s, param_lead_s, scatter_done_s
@@ -48,7 +49,7 @@ def rows_of(plan: Plan) -> LoopRows:
     """The loops' rows of a plan, built once and kept in its memo."""
     rows = plan.memo.get("rows")
     if rows is None:
-        rows = plan.memo["rows"] = loop_rows(plan, plan.order)
+        rows = plan.memo["rows"] = loop_rows(plan, order_of(plan))
     return rows
 
 
@@ -64,7 +65,7 @@ def jit_rows_of(plan: Plan) -> JitRows:
     """The compiled loops' rows of a plan (int64 arrays), built once and kept in its memo."""
     rows = plan.memo.get("jit_rows")
     if rows is None:
-        order = plan.order
+        order = order_of(plan)
 
         def column(values: np.ndarray) -> np.ndarray:
             return np.ascontiguousarray(values[order], dtype=np.int64)

@@ -12,15 +12,23 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from paraplan.sim.schedules import F
+from paraplan.sim.priority import priority_order
+from paraplan.sim.program import F
 
 if TYPE_CHECKING:
     from paraplan.sim.plan import Plan
 
-STATIC_ORDER_ROUNDS = 64
+
+def order_of(plan: Plan) -> np.ndarray:
+    """The topological order of the plan's tasks, found once and kept in its memo."""
+    order = plan.memo.get("order")
+    if order is None:
+        order = plan.memo["order"] = topological_order(plan)
+    return order
 
 
 def topological_order(plan: Plan) -> np.ndarray:
+    """A topological order of the tasks; raises ValueError if the static orders deadlock."""
     order = static_order(plan)
     return sweep_order(plan) if order is None else order
 
@@ -33,36 +41,6 @@ def static_order(plan: Plan) -> np.ndarray | None:
     producer = plan.send_producer[slots[is_send] - plan.send_base]
     forward = plan.action_kind[plan.first_action[:-1]] == F
     return priority_order(plan.task_rank, plan.lo, forward, consumer, producer)
-
-
-def priority_order(
-    rank: np.ndarray, lo: tuple[int, ...], forward: np.ndarray, consumer: np.ndarray, producer: np.ndarray
-) -> np.ndarray | None:
-    """Tasks 1..n (rank r holds lo[r]..lo[r+1]-1, `rank` and `forward` indexed by task, entry 0 unused),
-    sorted by a priority that every dependency increases: start from the position in the rank's order times
-    (pp + 1), plus the rank for forwards and pp - 1 - rank for backwards (their inputs come from the rank
-    below, resp. above, at the same position in the 1F1B family), then raise the priority of every consumer
-    that does not exceed its producer, and of the tasks after it on its rank, until none is left (none to
-    raise in the 1F1B family; a few rounds for the V and dual schedules). None: not settled (a cycle, or
-    more rounds needed)."""
-    n, pp = len(rank) - 1, len(lo)
-    starts = np.array(lo, dtype=np.int64)
-    first = np.repeat(np.concatenate(([0], starts)), np.diff(np.concatenate(([0], starts, [n + 1]))))
-    position = np.arange(n + 1) - first
-    priority = position * (pp + 1) + np.where(forward, rank, pp - 1 - rank)
-    segment = np.concatenate(([0], rank[1:] + 1))  # the dummy task 0 apart
-    shift = np.arange(n + 1)
-    for _ in range(STATIC_ORDER_ROUNDS):
-        need = priority[producer] + 1
-        low = need > priority[consumer]
-        if not low.any():
-            return np.argsort(priority[1:], kind="stable") + 1
-        np.maximum.at(priority, consumer[low], need[low])
-        # within a rank the priority must grow by at least 1 a task: p_i = i + running max of (p_j - j),
-        # each rank's values lifted above the previous rank's so that the running maximum stays in it
-        separate = segment * (int(priority.max()) + n + 2)
-        priority = np.maximum.accumulate(priority - shift + separate) - separate + shift
-    return None
 
 
 def sweep_order(plan: Plan) -> np.ndarray:

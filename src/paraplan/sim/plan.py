@@ -19,9 +19,10 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from paraplan.sim.actions import action_arrays
-from paraplan.sim.order import priority_order, topological_order
-from paraplan.sim.schedules import BW, KIND_NAMES, Action, B, F, W, chunks_per_rank, stage_paths
+from paraplan.sim.priority import priority_order
+from paraplan.sim.program import BW, KIND_NAMES, Action, B, F, W
+from paraplan.sim.schedules import action_arrays
+from paraplan.specs.schedule import schedule as schedule_named
 
 N_KINDS = 4  # F, B, W, BW
 
@@ -57,7 +58,8 @@ class Plan:
     microbatches_per_chunk: tuple[tuple[int, ...], ...]  # [rank][chunk]
     sends_per_rank: tuple[int, ...]
     memo: dict = field(default_factory=dict, compare=False, repr=False)
-    """Filled by the engine: the topological order found by the first run, reused by later runs."""
+    """Filled by the engine: the topological order found by the first run (`paraplan.sim.order.order_of`) and
+    the loops' rows, reused by later runs."""
 
     @property
     def n_keys(self) -> int:
@@ -101,17 +103,12 @@ class Plan:
         keys = self.cost_key.tolist()
         return tuple(tuple(sorted((task, c, keys[task]) for c, task in enumerate(row) if task)) for row in table)
 
-    @cached_property
-    def order(self) -> np.ndarray:
-        """A topological order of the tasks (`paraplan.sim.order`); raises ValueError if the orders deadlock."""
-        return topological_order(self)
-
 
 def _neighbour_tables(schedule: str, pp: int, vpp: int, n_chunks: int) -> tuple[np.ndarray, np.ndarray]:
     """[rank, chunk] -> rank*n_chunks+chunk of the stage before / after it on its path (-1 at the ends)."""
     up = np.full((pp, n_chunks), -1, dtype=np.int64)
     down = np.full((pp, n_chunks), -1, dtype=np.int64)
-    for path in stage_paths(schedule, pp, vpp):
+    for path in schedule_named(schedule).stage_paths(pp, vpp):
         for i, (rank, chunk) in enumerate(path):
             if i > 0:
                 up[rank, chunk] = path[i - 1][0] * n_chunks + path[i - 1][1]
@@ -253,7 +250,7 @@ def build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired: 
 
     Two caches by size: many small plans (validation and tuning sweep hundreds of shapes) and a few
     large ones (a 32k-task plan with its loop lists holds about 13 MB)."""
-    tasks = 2 * pp * chunks_per_rank(schedule, vpp) * num_microbatches
+    tasks = 2 * pp * schedule_named(schedule).chunks_per_rank(vpp) * num_microbatches
     if tasks <= SMALL_PLAN_TASKS:
         return _build_small(schedule, pp, vpp, num_microbatches, paired)
     return _build_large(schedule, pp, vpp, num_microbatches, paired)
@@ -271,7 +268,7 @@ def _build_large(schedule: str, pp: int, vpp: int, num_microbatches: int, paired
 
 def _build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired: bool) -> Plan:
     m = num_microbatches
-    n_chunks = chunks_per_rank(schedule, vpp)
+    n_chunks = schedule_named(schedule).chunks_per_rank(vpp)
     kind, chunk, mb, lengths, pair_starts = action_arrays(schedule, pp, vpp, m, paired)
     n_actions = len(kind)
     rank = np.repeat(np.arange(pp, dtype=np.int64), lengths)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from paraplan.sim.costs import PipelineCosts
 from paraplan.sim.des import EventEngine
 from paraplan.sim.plan import Plan
+from paraplan.sim.program import BW, W
 from paraplan.sim.result import Event
-from paraplan.sim.schedules import BW, W
 from paraplan.sim.tables import DurationTables
 from paraplan.sim.timeline import Timeline, bucket_delays_s, param_lead_s
 

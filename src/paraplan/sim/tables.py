@@ -18,7 +18,7 @@ import numpy as np
 
 from paraplan.sim.costs import PipelineCosts
 from paraplan.sim.plan import N_KINDS, Plan
-from paraplan.sim.schedules import BW, B, F
+from paraplan.sim.program import BW, B, F
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections import deque
 
-from paraplan.sim.schedules import Action, B, F, RankProgram, W
+from paraplan.sim.program import Action, B, F, RankProgram, W
 
 
-def zb_h1(pp: int, m: int) -> tuple[RankProgram, ...]:
-    """ZB-H1 ("Zero Bubble Pipeline Parallelism", Qi et al. 2023, section 3.1, figure 3).
+def zb_h1(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> tuple[RankProgram, ...]:
+    """ZB-H1 ("Zero Bubble Pipeline Parallelism", Qi et al. 2023, section 3.1, figure 3); one chunk per rank
+    (vpp unused), no F&B pairs (overlap_pairs unused).
 
     1F1B's warm-up (pp - r - 1 forwards on rank r), then F B W in the steady state, with rank r running the
     W of micro-batch j - r after the B of micro-batch j: later ranks, which hold fewer micro-batches under
@@ -37,13 +38,14 @@ def zb_h1(pp: int, m: int) -> tuple[RankProgram, ...]:
     return tuple(programs)
 
 
-def zb_v(pp: int, m: int) -> tuple[RankProgram, ...]:
+def zb_v(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> tuple[RankProgram, ...]:
     """ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"; the zero-bubble repository's
     `zbv` greedy scheduler): 2 chunks per rank in a V (rank r holds stages r and 2pp-1-r), built by a greedy
     list scheduler on unit F = B = W times under 1F1B's memory (2pp chunk-micro-batches per rank):
     a ready B first (it is on the critical path), then a ready F (the upper chunk first, to reach the loss
     sooner) while memory allows, else a deferred W (filling what would be a bubble).
-    The resulting static order is what the engine then plays with the real durations."""
+    The resulting static order is what the engine then plays with the real durations. Two chunks per rank
+    whatever vpp says; no F&B pairs (overlap_pairs unused)."""
     cap = 2 * pp
     inf = 1 << 60
     # done step (exclusive end) of F and B per [rank][chunk][micro-batch]

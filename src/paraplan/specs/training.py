@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
+from paraplan.specs.schedule import DEFAULT_SCHEDULE, SCHEDULES, PipelineSchedule
+from paraplan.specs.schedule import schedule as schedule_named
+
 Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev"]
 Dispatcher = Literal["alltoall", "flex"]
 
 PRECISIONS = ("fp16", "bf16", "fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
@@ -19,7 +21,6 @@ TRAINING_PRECISIONS = (*PRECISIONS, "fp32")
 """Every precision a projection accepts: also plain fp32 training (fp32 weights, gradients, Adam states and
 activations; CPU reference runs, `paraplan.measure.e2e`). fp32 math is costed on the GpuSpec's `fp16_tflops`
 (`specs.system.PRECISION_PEAK_KEY`): a CPU's spec puts its fp32 matmul rate there."""
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe", "dualpipev")
 RECOMPUTES = ("none", "selective", "full")
 DISPATCHERS = ("alltoall", "flex")
 ATTENTION_BACKENDS = ("flash", "unfused")
@@ -106,7 +107,8 @@ class TrainingSpec:
     """Megatron `--cross-entropy-loss-fusion` (NeMo / Megatron-Bridge recipes turn it on): one fused kernel
     for the vocab-parallel loss; off (Megatron-LM's default) runs it as eager fp32 PyTorch, about four times
     the memory traffic over the logits (`paraplan.graph.kernels`)."""
-    pipeline_schedule: Schedule = "1f1b"
+    pipeline_schedule: str = DEFAULT_SCHEDULE
+    """A name in `paraplan.specs.schedule.SCHEDULES` (validated there); `schedule` is its declaration."""
     decoder_first_pipeline_num_layers: int | None = None
     decoder_last_pipeline_num_layers: int | None = None
     pipeline_layout: tuple[int, ...] | None = None
@@ -196,9 +198,16 @@ class TrainingSpec:
         return self.shards_params and self.framework in DEEPSPEED_ZERO3_FRAMEWORKS
 
     @property
+    def schedule(self) -> PipelineSchedule:
+        """The pipeline schedule's declaration; raises ConfigError for an unknown name."""
+        return schedule_named(self.pipeline_schedule)
+
+    @property
     def overlaps_ep(self) -> bool:
-        """The EP all-to-all runs beside other compute: asked for (`moe_ep_overlap`), or by DualPipe's F&B pairs."""
-        return self.moe_ep_overlap or self.pipeline_schedule in ("dualpipe", "dualpipev")
+        """The EP all-to-all runs beside other compute: asked for (`moe_ep_overlap`), or by a schedule that always
+        pairs a forward with another micro-batch's backward (DualPipe's F&B pairs)."""
+        spec = SCHEDULES.get(self.pipeline_schedule)
+        return self.moe_ep_overlap or (spec is not None and spec.pairs_forward_backward)
 
     @property
     def shards_optimizer(self) -> bool:

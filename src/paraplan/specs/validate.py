@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from paraplan.errors import ConfigError
-from paraplan.sim.schedules import stage_order, validate_schedule
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.schedule import SCHEDULES, validate_schedule
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import (
     ATTENTION_BACKENDS,
@@ -90,7 +90,7 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
     if schedule_problems:
         return p
     # layers per model stage
-    n_stages = len(stage_order(schedule, pp, vpp))
+    n_stages = SCHEDULES[schedule].model_stages(pp, vpp)
     chunks = n_stages // pp
     if train.pipeline_layout is not None:
         if len(train.pipeline_layout) != n_stages:

@@ -12,8 +12,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
 
-from paraplan.sim.schedules import stage_order
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.schedule import schedule as schedule_named
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 
@@ -146,7 +146,7 @@ class TuneProblem:
 def model_stages(schedule: str, pp: int, vpp: int) -> int:
     """Model stages the layers are split over (the schedule's own layout: pp, pp*vpp interleaved, 2*pp for
     the V schedules; DualPipe's second chunk per rank is a copy)."""
-    return len(stage_order(schedule, pp, vpp))
+    return schedule_named(schedule).model_stages(pp, vpp)
 
 
 def pipeline_split(model: ModelSpec, stages: int) -> dict[str, object] | None:

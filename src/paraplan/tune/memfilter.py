@@ -24,8 +24,8 @@ from paraplan.graph.ops import OpKind
 from paraplan.graph.partition import PipelineSplit, pipeline_split, split_stages
 from paraplan.memory.model import CUDA_CONTEXT_BYTES, FRAGMENTATION, HEADROOM, comm_buffer_bytes, state_bytes
 from paraplan.sim.plan import build_plan
-from paraplan.sim.schedules import chunk_model_stage, chunks_per_rank
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.schedule import schedule as schedule_named
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 
@@ -104,7 +104,9 @@ def _rank_chunks(
     the distinct stages, and [rank, local chunk] -> index of its stage among them."""
     schedule, pp, vpp = split[:3]
     stages = [(s.first_layer, s.num_layers, s.has_head) for s in split_stages(model, split)]
-    rank_chunks = tuple(tuple(stages[index] for index in row) for row in chunk_model_stage(schedule, pp, vpp))
+    rank_chunks = tuple(
+        tuple(stages[index] for index in row) for row in schedule_named(schedule).chunk_model_stage(pp, vpp)
+    )
     distinct = tuple(dict.fromkeys(chunk for chunks in rank_chunks for chunk in chunks))
     where = {chunk: k for k, chunk in enumerate(distinct)}
     return rank_chunks, distinct, np.array([[where[chunk] for chunk in chunks] for chunks in rank_chunks])
@@ -141,7 +143,7 @@ class GroupMemory:
         self.layer_input_bytes = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
         p, schedule = train.pp, train.pipeline_schedule
         self.rank_chunks, self.distinct_chunks, self.chunk_index = _rank_chunks(model, pipeline_split(train))
-        self.n_chunks = chunks_per_rank(schedule, train.vpp)
+        self.n_chunks = train.schedule.chunks_per_rank(train.vpp)
         self.counts, self.owner, self.starts = _inflight(
             schedule, p, train.vpp, train.num_microbatches, train.overlaps_ep
         )

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from paraplan.specs.schedule import SCHEDULES, PipelineSchedule
 from paraplan.specs.training import TrainingSpec
 from paraplan.tune.candidate import Candidate, TuneProblem, to_training
 
 # Megatron-LM / Transformer Engine FP8 recipes (megatron/training/arguments.py: --fp8-format, --fp8-recipe)
 _FP8_RECIPE = {"fp8": "delayed", "fp8_cs": "tensorwise", "fp8_blockwise": "blockwise", "mxfp8": "mxfp8"}
-_NOT_IN_MEGATRON = {
-    "zb-h1": "zero-bubble ZB-H1 (Qi et al. 2023) is not in Megatron-LM: run it with the zero-bubble fork",
-    "zb-v": "ZB-V (Qi et al. 2024) is not in Megatron-LM: run it with the zero-bubble fork",
-    "dualpipe": "DualPipe (DeepSeek-V3) is not a Megatron-LM schedule",
-    "dualpipev": "DualPipeV is not a Megatron-LM schedule",
-    "gpipe": "GPipe is not a Megatron-LM schedule (Megatron runs 1F1B)",
-}
+
+
+def _not_in_megatron(schedule: PipelineSchedule) -> str:
+    """A note for a schedule Megatron-LM does not run: what it is, and which framework runs it."""
+    if "megatron" in schedule.framework_names:
+        return ""
+    elsewhere = "; ".join(f"{fw}: {name}" for fw, name in schedule.framework_names.items())
+    return f"{schedule.label} ({schedule.source}) is not a Megatron-LM schedule" + (
+        f" (runs in {elsewhere})" if elsewhere else ""
+    )
 
 
 def training_of(problem: TuneProblem, c: Candidate, train: TrainingSpec | None = None) -> TrainingSpec:
@@ -75,7 +79,7 @@ def megatron_args(problem: TuneProblem, t: TrainingSpec) -> str:
         f"--pipeline-model-parallel-size {t.pp}",
         f"--context-parallel-size {t.cp}",
     ]
-    if t.pipeline_schedule == "interleaved" and t.vpp > 1:
+    if SCHEDULES[t.pipeline_schedule].interleaves and t.vpp > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank {t.vpp}")
     if problem.model.is_moe:
         args.append(f"--expert-model-parallel-size {t.ep} --expert-tensor-parallel-size {t.etp}")
@@ -122,5 +126,5 @@ def megatron_args(problem: TuneProblem, t: TrainingSpec) -> str:
     if t.attention_backend == "flash":
         args.append("--attention-backend flash")
     text = " ".join(args)
-    note = _NOT_IN_MEGATRON.get(t.pipeline_schedule)
+    note = _not_in_megatron(SCHEDULES[t.pipeline_schedule])
     return f"{text}  # {note}" if note else text

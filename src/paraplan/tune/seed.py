@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from paraplan.specs.schedule import DEFAULT_SCHEDULE
 from paraplan.tune.candidate import Candidate
 from paraplan.tune.evaluate import Evaluation, Evaluator, TaskReport
 from paraplan.tune.space import SearchSpace
@@ -47,7 +48,7 @@ def _base(space: SearchSpace, tp: int, pp: int, cp: int, recompute: str, num_gpu
             cp=cp,
             pp=pp,
             vpp=1,
-            schedule="1f1b",
+            schedule=DEFAULT_SCHEDULE,
             ep=1 if not space.problem.model.is_moe else space.ep_values()[0],
             etp=1 if space.problem.model.is_moe else tp,
             mbs=space.mbs_values()[0] if space.mbs_values() else 1,

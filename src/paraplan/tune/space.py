@@ -17,7 +17,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from paraplan.errors import ConfigError
-from paraplan.specs.training import PRECISIONS, SCHEDULES
+from paraplan.specs.schedule import SCHEDULES, megatron_schedule
+from paraplan.specs.training import PRECISIONS
 from paraplan.tune.candidate import (
     SHARDING_ALIASES,
     SHARDINGS,
@@ -38,9 +39,9 @@ AXIS_ALIASES = {
     "moe_ep_overlap": "ep_overlap",
     "micro_batch_size": "mbs",
 }
-DEFAULT_SCHEDULES = tuple(s for s in SCHEDULES if s != "gpipe")
-"""GPipe runs as long as 1F1B and holds every micro-batch's activations: never better, so not searched
-unless asked for (`--fix schedule=gpipe`)."""
+DEFAULT_SCHEDULES = tuple(name for name, s in SCHEDULES.items() if not s.all_forwards_first)
+"""A schedule that runs all forwards first (GPipe) runs as long as 1F1B and holds every micro-batch's
+activations: never better, so not searched unless asked for (`--fix schedule=gpipe`)."""
 MAX_MBS = 16
 SEARCHED_FLAGS = ("ep_overlap",)
 """Flags that are not dominated (on can cost memory), so the space holds both values."""
@@ -235,14 +236,14 @@ class SearchSpace:
         """(schedule, vpp) pairs whose layer split works for this pp."""
         model = self.problem.model
         if pp == 1:
-            shapes = [("1f1b", 1)]
+            shapes = [(megatron_schedule(1).name, 1)]
         else:
             shapes = []
             for schedule in self.limits.allowed.get("schedule", DEFAULT_SCHEDULES):
-                if schedule == "interleaved":
+                if SCHEDULES[str(schedule)].interleaves:
                     limit = self.limits.max_values.get("vpp", model.num_layers)
                     vpps = [v for v in range(2, limit + 1) if pipeline_split(model, pp * v) is not None]
-                    shapes += [("interleaved", v) for v in vpps]
+                    shapes += [(str(schedule), v) for v in vpps]
                 elif pipeline_split(model, model_stages(str(schedule), pp, 1)) is not None:
                     shapes.append((str(schedule), 1))
         return [(s, v) for s, v in shapes if self.limits.allows("schedule", s) and self.limits.allows("vpp", v)]
@@ -462,7 +463,7 @@ class SearchSpace:
         if parsed.get("recompute_layers") or parsed.get("recompute_num_layers"):
             layers = int(parsed.get("recompute_layers") or parsed.get("recompute_num_layers"))  # type: ignore[call-overload]
         vpp = int(parsed.get("vpp", 1))  # type: ignore[call-overload]
-        schedule = str(parsed.get("schedule", "interleaved" if vpp > 1 else "1f1b"))
+        schedule = str(parsed.get("schedule", megatron_schedule(vpp).name))
         sp = bool(parsed.get("sp", tp > 1))
         sharding = str(parsed.get("sharding", "dist_opt"))
         ep = int(parsed.get("ep", 1))  # type: ignore[call-overload]
@@ -472,7 +473,7 @@ class SearchSpace:
             tp=tp,
             cp=cp,
             pp=pp,
-            vpp=1 if schedule in ("zb-v", "dualpipe", "dualpipev") else vpp,
+            vpp=1 if (SCHEDULES[schedule].chunks or 1) > 1 else vpp,  # a fixed 2 chunks whatever vpp says
             schedule=schedule,
             ep=ep,
             etp=int(parsed.get("etp", tp)),  # type: ignore[call-overload]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from paraplan.errors import ConfigError
-from paraplan.sim.schedules import chunks_per_rank
+from paraplan.specs.schedule import schedule as schedule_named
 from paraplan.specs.training import TrainingSpec
 from paraplan.tune.candidate import Candidate, TuneProblem, from_training
 from paraplan.tune.evaluate import Evaluation, Evaluator, Task, TaskReport
@@ -215,7 +215,10 @@ PROJECTION_OVERHEAD_TASKS = 2000
 
 def _cost(c: Candidate, gbs: int) -> int:
     """Estimated cost of projecting a structure: the simulator plays 2 * pp * chunks * micro-batches tasks."""
-    return 2 * c.pp * chunks_per_rank(c.schedule, c.vpp) * (gbs // (c.mbs * c.dp)) + PROJECTION_OVERHEAD_TASKS
+    return (
+        2 * c.pp * schedule_named(c.schedule).chunks_per_rank(c.vpp) * (gbs // (c.mbs * c.dp))
+        + PROJECTION_OVERHEAD_TASKS
+    )
 
 
 def _work_order(structures: list[Candidate], gbs: int) -> list[Candidate]:

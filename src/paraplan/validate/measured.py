@@ -15,6 +15,7 @@ from pathlib import Path
 from paraplan.errors import ConfigError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.presets import model_preset, system_preset, variant_on
+from paraplan.specs.schedule import megatron_schedule
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 
@@ -276,7 +277,7 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
         "seq": _int(row, "seq_len"),
         "precision": row["precision"].strip(),
         "framework": framework,
-        "pipeline_schedule": "interleaved" if vpp > 1 else "1f1b",
+        "pipeline_schedule": megatron_schedule(vpp).name,
     }
     stated = {
         "sequence_parallel": (row.get("sp") or "").strip(),

@@ -12,7 +12,6 @@ from paraplan.graph.partition import pipeline_split, split_stages
 from paraplan.memory.model import MemoryResult
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.result import Projection
-from paraplan.sim.schedules import chunk_model_stage
 from paraplan.validate.measured import Assumption, MeasuredRun, run_from_row
 
 Projector = Callable[[MeasuredRun], Projection]
@@ -253,7 +252,7 @@ def _busiest_rank_layers(run: MeasuredRun) -> int:
     """Decoder layers on the pipeline rank that holds the most (over all its model chunks)."""
     t = run.train
     stages = split_stages(run.model, pipeline_split(t))
-    return max(sum(stages[i].num_layers for i in row) for row in chunk_model_stage(t.pipeline_schedule, t.pp, t.vpp))
+    return max(sum(stages[i].num_layers for i in row) for row in t.schedule.chunk_model_stage(t.pp, t.vpp))
 
 
 def _depth_label(run: MeasuredRun) -> str:
