@@ -8,20 +8,10 @@ among the local processes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from paraplan.hybrid.device import LocalDevices
+from paraplan.measure.device import DevicePeaks, LocalDevices
 from paraplan.specs.system import GpuSpec, SystemSpec
 
 CPU_PREFIX = "cpu"
-
-
-@dataclass(frozen=True, slots=True)
-class DevicePeaks:
-    """Achieved peaks on the device (they describe a CPU "GPU"; measured blocks do not use them)."""
-
-    matmul_flops_per_s: float
-    copy_bytes_per_s: float
 
 
 def is_local_cpu(system: SystemSpec) -> bool:
@@ -56,9 +46,9 @@ def cpu_system(devices: LocalDevices, num_procs: int, peaks: DevicePeaks) -> Sys
 
 def local_cpu_system(num_procs: int, threads: int = 1, cache_path: str | None = None) -> SystemSpec:
     """Detect this CPU, time its matmul and copy peaks (cached) and describe `num_procs` processes on it."""
-    from paraplan.hybrid.bench import BENCH_VERSION, BenchSettings, time_peaks
-    from paraplan.hybrid.cache import MeasurementCache
-    from paraplan.hybrid.device import detect
+    from paraplan.measure.device import detect, torch_threads
+    from paraplan.measure.hybrid.bench import BENCH_VERSION, BenchSettings, time_peaks
+    from paraplan.measure.hybrid.cache import MeasurementCache
 
     devices = detect("cpu", threads)
     cache = MeasurementCache(cache_path)
@@ -66,14 +56,8 @@ def local_cpu_system(num_procs: int, threads: int = 1, cache_path: str | None = 
     key = {"dtype": "fp32", "v": BENCH_VERSION}
     row = cache.get(devices.key, "peaks", key, software)
     if row is None:
-        import torch
-
-        previous = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with torch_threads(threads):
             peaks = time_peaks(BenchSettings("cpu", "fp32"))
-        finally:
-            torch.set_num_threads(previous)
         row = {"matmul_flops_per_s": peaks.matmul_flops_per_s, "copy_bytes_per_s": peaks.copy_bytes_per_s}
         cache.put(devices.key, "peaks", key, software, row)
     return cpu_system(devices, num_procs, DevicePeaks(row["matmul_flops_per_s"], row["copy_bytes_per_s"]))
