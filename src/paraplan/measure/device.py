@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paraplan.specs.system import GpuSpec
+
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
+CPU_PREFIX = "cpu"  # a GpuSpec named cpu... describes processes on this CPU (`cpu_gpu_spec`)
 
 
 def torch_available() -> bool:
@@ -65,6 +68,26 @@ class DevicePeaks:
 
     matmul_flops_per_s: float
     copy_bytes_per_s: float
+
+
+def cpu_gpu_spec(
+    threads: int, matmul_flops_per_s: float, copy_bytes_per_s: float, memory_gib: float, source: str
+) -> GpuSpec:
+    """One process of `threads` threads on this CPU as a "GPU": its measured matmul rate on every 16-bit field
+    (fp32 runs on `fp16_tflops`: `specs.system.PRECISION_PEAK_KEY`), its measured streaming bandwidth as HBM,
+    one "SM" per thread; named `cpu-<threads>t`."""
+    tflops = matmul_flops_per_s / 1e12
+    return GpuSpec(
+        name=f"{CPU_PREFIX}-{threads}t",
+        fp16_tflops=tflops,
+        bf16_tflops=tflops,
+        fp8_tflops=0.0,
+        fp4_tflops=0.0,
+        hbm_gib=memory_gib,
+        hbm_tbps=copy_bytes_per_s / 1e12,
+        sm_count=threads,
+        source=source,
+    )
 
 
 class HybridUnavailable(RuntimeError):

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paraplan.measure.device import torch_dtype, torch_threads
+from paraplan.measure.device import cpu_gpu_spec, torch_dtype, torch_threads
 from paraplan.measure.processes import run_processes
 from paraplan.measure.reference import TinyLlama, build_stage, flat_grad_buffer, parameter_count
 from paraplan.specs.training import TrainingSpec
@@ -409,19 +409,14 @@ def cpu_system(figures: CpuFigures, link: LinkFit, world: int) -> SystemSpec:
     so the measured line's intercept is split over the two steps. fp32 runs on the `fp16_tflops` field
     (`specs.system.PRECISION_PEAK_KEY`); both 16-bit fields carry the measured matmul rate.
     """
-    from paraplan.specs.system import GpuSpec, SystemSpec
+    from paraplan.specs.system import SystemSpec
 
-    tflops = figures.matmul_flops / 1e12
-    gpu = GpuSpec(
-        name=f"cpu-{figures.threads}t",
-        fp16_tflops=tflops,
-        bf16_tflops=tflops,
-        fp8_tflops=0.0,
-        fp4_tflops=0.0,
-        hbm_gib=figures.memory_gib,
-        hbm_tbps=figures.stream_bytes_per_s / 1e12,
-        sm_count=figures.threads,
-        source=f"measured: {figures.dtype} 1024^3 matmul, 8 MiB add, {figures.threads} thread(s)",
+    gpu = cpu_gpu_spec(
+        figures.threads,
+        figures.matmul_flops,
+        figures.stream_bytes_per_s,
+        figures.memory_gib,
+        f"measured: {figures.dtype} 1024^3 matmul, 8 MiB add, {figures.threads} thread(s)",
     )
     gbps = link.bytes_per_s / 1e9
     return SystemSpec(

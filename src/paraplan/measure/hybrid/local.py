@@ -8,10 +8,8 @@ among the local processes.
 
 from __future__ import annotations
 
-from paraplan.measure.device import DevicePeaks, LocalDevices
-from paraplan.specs.system import GpuSpec, SystemSpec
-
-CPU_PREFIX = "cpu"
+from paraplan.measure.device import CPU_PREFIX, DevicePeaks, LocalDevices, cpu_gpu_spec
+from paraplan.specs.system import SystemSpec
 
 
 def is_local_cpu(system: SystemSpec) -> bool:
@@ -20,17 +18,12 @@ def is_local_cpu(system: SystemSpec) -> bool:
 
 
 def cpu_system(devices: LocalDevices, num_procs: int, peaks: DevicePeaks) -> SystemSpec:
-    tflops = peaks.matmul_flops_per_s / 1e12
-    gpu = GpuSpec(
-        name=f"{CPU_PREFIX}-{devices.threads}t",
-        fp16_tflops=tflops,
-        bf16_tflops=tflops,
-        fp8_tflops=0.0,
-        fp4_tflops=0.0,
-        hbm_gib=devices.memory_bytes / 2**30,
-        hbm_tbps=peaks.copy_bytes_per_s / 1e12,
-        sm_count=devices.threads,
-        source=f"{devices.name}: one process of {devices.threads} thread(s); peaks measured (matmul, copy)",
+    gpu = cpu_gpu_spec(
+        devices.threads,
+        peaks.matmul_flops_per_s,
+        peaks.copy_bytes_per_s,
+        devices.memory_bytes / 2**30,
+        f"{devices.name}: one process of {devices.threads} thread(s); peaks measured (matmul, copy)",
     )
     return SystemSpec(
         gpu=gpu,
