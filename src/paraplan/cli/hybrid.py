@@ -15,8 +15,7 @@ from rich.table import Table
 from paraplan.cli.common import console, err_console
 from paraplan.cli.printers import print_projection, write_trace
 from paraplan.measure import device as local_devices
-from paraplan.measure.device import HybridUnavailable, detect
-from paraplan.measure.hybrid.local import is_local_cpu
+from paraplan.measure.device import HybridUnavailable, detect, is_local_cpu
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec

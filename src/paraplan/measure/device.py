@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paraplan.specs.system import GpuSpec
+from paraplan.specs.system import GpuSpec, SystemSpec
 
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
 CPU_PREFIX = "cpu"  # a GpuSpec named cpu... describes processes on this CPU (`cpu_gpu_spec`)
@@ -88,6 +88,11 @@ def cpu_gpu_spec(
         sm_count=threads,
         source=source,
     )
+
+
+def is_local_cpu(system: SystemSpec) -> bool:
+    """Whether a target system describes CPU processes (a `gpu` named cpu..., as `cpu_gpu_spec` names them)."""
+    return system.gpu.name.lower().startswith(CPU_PREFIX)
 
 
 class HybridUnavailable(RuntimeError):

@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.cost.calibration import calibration_for
-from paraplan.measure.device import HybridUnavailable, LocalDevices, detect
+from paraplan.measure.device import HybridUnavailable, LocalDevices, detect, is_local_cpu
 from paraplan.measure.hybrid.cache import MeasurementCache, default_cache_path
 from paraplan.measure.hybrid.collectives import CollectiveSample
 from paraplan.measure.hybrid.commfit import CommFit, fit_comm
-from paraplan.measure.hybrid.local import is_local_cpu
 from paraplan.measure.hybrid.plan import BenchPlan, plan_benchmark
 from paraplan.measure.hybrid.upscale import BlockTimes, Source, upscale
 from paraplan.result import Projection

@@ -8,13 +8,8 @@ among the local processes.
 
 from __future__ import annotations
 
-from paraplan.measure.device import CPU_PREFIX, DevicePeaks, LocalDevices, cpu_gpu_spec
+from paraplan.measure.device import DevicePeaks, LocalDevices, cpu_gpu_spec
 from paraplan.specs.system import SystemSpec
-
-
-def is_local_cpu(system: SystemSpec) -> bool:
-    """Whether a target system describes CPU processes (a `gpu` named cpu...)."""
-    return system.gpu.name.lower().startswith(CPU_PREFIX)
 
 
 def cpu_system(devices: LocalDevices, num_procs: int, peaks: DevicePeaks) -> SystemSpec:
