@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from paraplan.hybrid.api import HybridOptions, hybrid_project
+from paraplan.measure.hybrid.api import HybridOptions, hybrid_project
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.presets import model_preset, system_preset
 from paraplan.specs.system import SystemSpec
@@ -46,7 +46,7 @@ def _model(name: str, tiny: bool) -> ModelSpec:
 
 def _system(gpu: str, gpus: int, device: str, cache: str | None) -> SystemSpec:
     if device == "cpu":
-        from paraplan.hybrid.local import local_cpu_system
+        from paraplan.measure.hybrid.local import local_cpu_system
 
         return local_cpu_system(gpus, cache_path=cache)
     return system_preset(gpu, gpus)

@@ -131,8 +131,8 @@ def test_dispatch_has_no_kind_name_branches() -> None:
     """The modules that dispatch on layer kinds read the registry: no built-in kind's name appears in their code."""
     import paraplan.formats.chakra
     import paraplan.geo.prefill
-    import paraplan.hybrid.plan
-    import paraplan.hybrid.straggler
+    import paraplan.measure.hybrid.plan
+    import paraplan.measure.hybrid.straggler
     import paraplan.projection
     import paraplan.tune.memfilter
 
@@ -140,8 +140,8 @@ def test_dispatch_has_no_kind_name_branches() -> None:
         paraplan.projection,
         paraplan.tune.memfilter,
         paraplan.formats.chakra,
-        paraplan.hybrid.plan,
-        paraplan.hybrid.straggler,
+        paraplan.measure.hybrid.plan,
+        paraplan.measure.hybrid.straggler,
         paraplan.geo.prefill,
     )
     for module in modules:

@@ -7,10 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from paraplan.graph.layers import Shard  # noqa: E402
-from paraplan.hybrid.bench import BenchSettings  # noqa: E402
-from paraplan.hybrid.cache import MeasurementCache  # noqa: E402
-from paraplan.hybrid.device import HybridUnavailable, detect  # noqa: E402
-from paraplan.hybrid.job import measure  # noqa: E402
+from paraplan.measure.device import HybridUnavailable, detect  # noqa: E402
+from paraplan.measure.hybrid.bench import BenchSettings  # noqa: E402
+from paraplan.measure.hybrid.cache import MeasurementCache  # noqa: E402
+from paraplan.measure.hybrid.job import measure  # noqa: E402
 from paraplan.specs.model import ModelSpec  # noqa: E402
 from paraplan.specs.training import TrainingSpec  # noqa: E402
 

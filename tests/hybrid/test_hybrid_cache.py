@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from paraplan.hybrid.cache import CACHE_ENV, MeasurementCache, default_cache_path
+from paraplan.measure.hybrid.cache import CACHE_ENV, MeasurementCache, default_cache_path
 
 
 def test_round_trip_and_keys(tmp_path):

@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-import paraplan.hybrid
+import paraplan.measure.device
 from paraplan.cli.main import app
 
 runner = CliRunner()
@@ -18,14 +18,16 @@ GPU_TARGET = ["project", "--model", "llama3.1-8b", "--gpu", "h200-sxm-141gb", "-
 
 def test_importing_paraplan_does_not_import_torch():
     code = (
-        "import sys, paraplan, paraplan.cli.main, paraplan.hybrid.api, paraplan.hybrid.cli, paraplan.hybrid.plan\n"
+        "import sys, paraplan, paraplan.cli.main, paraplan.cli.hybrid, paraplan.cli.measure, paraplan.measure.device\n"
+        "import paraplan.measure.hybrid.api, paraplan.measure.hybrid.plan, paraplan.measure.e2e\n"
+        "import paraplan.measure.processes, paraplan.measure.reference\n"
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_without_pytorch_it_falls_back_with_a_message(monkeypatch):
-    monkeypatch.setattr(paraplan.hybrid, "torch_available", lambda: False)
+    monkeypatch.setattr(paraplan.measure.device, "torch_available", lambda: False)
     result = runner.invoke(app, GPU_TARGET)
     assert result.exit_code == 0, result.output
     assert "PyTorch is not installed" in result.output and "analytic model" in result.output
@@ -54,7 +56,7 @@ def test_a_cpu_cannot_stand_for_a_gpu_target():
 
 def test_hybrid_on_this_cpu_marks_every_part(tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    from paraplan.hybrid.local import local_cpu_system, system_file_text
+    from paraplan.measure.hybrid.local import local_cpu_system, system_file_text
 
     monkeypatch.setenv("PARAPLAN_HYBRID_CACHE", str(tmp_path / "h.sqlite"))
     system_file = tmp_path / "cpu.yaml"

@@ -7,9 +7,9 @@ import pytest
 from paraplan.cost.calibration import Calibration
 from paraplan.cost.comm import GroupPlacement, collective_time_s
 from paraplan.graph.ops import CommKind
-from paraplan.hybrid.collectives import CollectiveSample
-from paraplan.hybrid.commfit import fit_comm
-from paraplan.hybrid.timing import Stats
+from paraplan.measure.hybrid.collectives import CollectiveSample
+from paraplan.measure.hybrid.commfit import fit_comm
+from paraplan.measure.hybrid.timing import Stats
 from paraplan.specs.presets import system_preset
 
 SIZES = [2**p for p in range(14, 26, 2)]

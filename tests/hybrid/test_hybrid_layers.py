@@ -8,8 +8,8 @@ torch = pytest.importorskip("torch")
 
 from paraplan.cost.block import MATMUL_KINDS, weight_params  # noqa: E402
 from paraplan.graph.layers import Shard  # noqa: E402
-from paraplan.hybrid.layers import build_block  # noqa: E402
-from paraplan.hybrid.plan import block_ops  # noqa: E402
+from paraplan.measure.hybrid.plan import block_ops  # noqa: E402
+from paraplan.measure.layers import build_block  # noqa: E402
 from paraplan.specs.model import ModelSpec  # noqa: E402
 from paraplan.specs.presets import model_preset  # noqa: E402
 from paraplan.specs.training import TrainingSpec  # noqa: E402
@@ -84,7 +84,7 @@ def test_recompute_gives_the_same_gradients(recompute):
 
 
 def test_bf16_and_cp_mask():
-    from paraplan.hybrid.layers import RankShapes, causal_mask
+    from paraplan.measure.layers import RankShapes, causal_mask
 
     shard = Shard.of(TrainingSpec(seq_length=64, context_parallel_size=2))
     run = build_block("dense", TINY, shard, dtype="bf16")

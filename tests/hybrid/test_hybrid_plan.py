@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from paraplan.graph.ops import CommKind
-from paraplan.hybrid.device import LocalDevices
-from paraplan.hybrid.plan import block_memory_bytes, plan_benchmark
+from paraplan.measure.device import LocalDevices
+from paraplan.measure.hybrid.plan import block_memory_bytes, plan_benchmark
 from paraplan.specs.presets import model_preset, system_preset
 from paraplan.specs.training import TrainingSpec
 

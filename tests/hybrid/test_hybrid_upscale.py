@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from paraplan.cost.calibration import calibration_for
-from paraplan.hybrid.device import LocalDevices
-from paraplan.hybrid.plan import plan_benchmark
-from paraplan.hybrid.upscale import BlockTimes, upscale
+from paraplan.measure.device import LocalDevices
+from paraplan.measure.hybrid.plan import plan_benchmark
+from paraplan.measure.hybrid.upscale import BlockTimes, upscale
 from paraplan.projection import project_specs
 from paraplan.specs.presets import model_preset, system_preset
 from paraplan.specs.training import TrainingSpec
@@ -102,7 +102,7 @@ def test_compute_is_scaled_back_when_memory_forced_a_smaller_shard():
 
 
 def test_straggler_wait_grows_with_jitter_and_data_parallel_ranks():
-    from paraplan.hybrid.straggler import expected_max_normal
+    from paraplan.measure.hybrid.straggler import expected_max_normal
 
     assert expected_max_normal(1) == 0.0
     assert expected_max_normal(2) == pytest.approx(1 / 3.141592653589793**0.5, rel=1e-4)  # E[max of 2] = 1/sqrt(pi)

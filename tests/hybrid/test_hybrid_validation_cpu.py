@@ -3,7 +3,7 @@ real 2-process step time, for a PP=2 run and a DP=2 run of a small Llama-style m
 
 The comparison needs the two cores to itself: on a machine busy with other jobs the test still runs the
 whole path and checks what each part of the projection is made of, but skips the 10% check, saying why
-and with the figures (see `paraplan.hybrid.validation.machine_busy`)."""
+and with the figures (see `paraplan.measure.hybrid.validation.machine_busy`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from paraplan.hybrid.validation import machine_busy, validate_cpu  # noqa: E402
+from paraplan.measure.device import machine_busy  # noqa: E402
+from paraplan.measure.hybrid.validation import validate_cpu  # noqa: E402
 
 TOLERANCE = 0.10
 

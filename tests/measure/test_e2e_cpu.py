@@ -61,7 +61,7 @@ class Outcome:
         """Record (and return) why the machine is busy now, if it is (PSI or load average), or was: the CPU's
         own speed drifted between the check points (a virtual machine's neighbours take caches and memory
         bandwidth without showing in its load; the profile and the step are then measured on different CPUs)."""
-        from paraplan.hybrid.validation import machine_busy
+        from paraplan.measure.device import machine_busy
 
         self.busy.extend(filter(None, [machine_busy(2)]))
         self.probes.append(_reference_times())

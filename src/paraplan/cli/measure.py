@@ -33,6 +33,7 @@ def measure_command(
         raise fail(f"--device must be cpu or cuda (got '{device}')")
     precision = dtype or ("bf16" if device == "cuda" else "fp32")
     from paraplan.measure.bench import DTYPES, BenchConfig, plan_benchmarks, run_benchmarks
+    from paraplan.measure.device import cuda_available
     from paraplan.measure.fit import MissingDependency, require
 
     if precision not in DTYPES:
@@ -41,9 +42,7 @@ def measure_command(
         require("torch", "measure")
     except MissingDependency as exc:
         raise fail(str(exc)) from None
-    import torch
-
-    if device == "cuda" and not torch.cuda.is_available():
+    if device == "cuda" and not cuda_available():
         raise fail("--device cuda: no CUDA device is visible to torch")
     if out.exists() and not out.is_dir():
         raise fail(f"--out must be a folder: {out}")

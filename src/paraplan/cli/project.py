@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from paraplan.cli import reports
 from paraplan.cli.common import (
@@ -30,12 +28,10 @@ from paraplan.cli.formats import (
     system_with_config,
     training_with_config,
 )
+from paraplan.cli.printers import print_memory, print_projection, write_trace
 from paraplan.errors import ConfigError
-from paraplan.memory.model import GIB
 from paraplan.projection import ProjectionOptions, project_specs
-from paraplan.result import Projection
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
-from paraplan.validate.evidence import evidence_for
 
 Opt = typer.Option
 
@@ -140,7 +136,7 @@ def _projection_command(
     ] = None,
     html: reports.HtmlOpt = None,
     png: reports.PngOpt = None,
-    # --- hybrid projection (paraplan.hybrid): measured layers of the target on the local device
+    # --- hybrid projection (paraplan.measure.hybrid): measured layers of the target on the local device
     hybrid: Annotated[bool, Opt("--hybrid", help="measure the target's layers on a local device; upscale")] = False,
     device: Annotated[str | None, Opt("--device", help="hybrid device: cpu | cuda (default: the target's)")] = None,
     hybrid_cache: Annotated[str | None, Opt("--hybrid-cache", help="SQLite cache of hybrid measurements")] = None,
@@ -224,7 +220,7 @@ def _projection_command(
         train = train.with_values(pipeline_schedule=megatron_schedule(vpp).name)  # as Megatron-LM picks it
     timer = _profile_timer(profile, system.gpu.name, analytic)
     if hybrid and ctx.info_name == "project":
-        from paraplan.hybrid.cli import hybrid_command
+        from paraplan.cli.hybrid import hybrid_command
 
         kw = dict(device=device, cache_path=hybrid_cache, as_json=as_json, trace=trace, has_profile=timer is not None)
         if hybrid_command(model_spec, system, train, **kw):
@@ -232,11 +228,11 @@ def _projection_command(
     record = bool(trace or html or png)
     result = project_specs(model_spec, system, train, ProjectionOptions(timer=timer, record_events=record))
     if trace:
-        _write_trace(result, trace)
+        write_trace(result, trace)
     if ctx.info_name == "memory":
-        _print_memory(result, as_json)
+        print_memory(result, as_json)
     else:
-        _print_projection(result, as_json)
+        print_projection(result, as_json)
     if emit_format or emit_file:
         text = emit_plan(emit_format or "megatron", result.model, result.system, result.train)
         if emit_file:
@@ -255,75 +251,6 @@ def _profile_timer(profile: str | None, gpu: str, analytic: bool):
         return timer_for(profile, gpu, analytic)
     except ImportError:  # numpy-only core: profiles need nothing more, but be explicit if that changes
         raise ConfigError("fitted profiles are not available in this installation") from None
-
-
-def _write_trace(result: Projection, path: str) -> None:
-    try:
-        from paraplan.report.trace import write_projection_trace
-    except ImportError:
-        raise ConfigError("trace export is not available in this installation") from None
-    write_projection_trace(result, path)
-
-
-def _fmt_s(seconds: float) -> str:
-    return f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.3f} s"
-
-
-def _print_projection(result: Projection, as_json: bool) -> None:
-    evidence = evidence_for(result.system.gpu.name)
-    if as_json:
-        print(json.dumps({**result.to_dict(), "validation": evidence.to_dict()}, default=float))
-        return
-    t = result.train
-    head = Table(title=f"{result.model.name} on {result.system.num_gpus} x {result.system.gpu.name}", show_header=False)
-    head.add_row(
-        "layout",
-        f"tp={t.tp} pp={t.pp} vpp={t.vpp} cp={t.cp} ep={t.ep} dp={t.dp} mbs={t.mbs} gbs={t.gbs} seq={t.seq} "
-        f"({t.num_microbatches} micro-batches, {t.pipeline_schedule}, {t.precision}, "
-        f"recompute {t.recompute_granularity})",
-    )
-    head.add_row("step time", _fmt_s(result.step_time_s))
-    head.add_row("throughput", f"{result.tokens_per_sec_per_gpu:,.0f} tokens/s per GPU")
-    head.add_row("model TFLOP/s per GPU", f"{result.tflops_per_gpu:,.1f}")
-    head.add_row("MFU / HFU", f"{result.mfu:.1%} / {result.hfu:.1%}")
-    mem = result.memory
-    verdict = "[green]FITS[/]" if mem.fits else "[red]OOM[/]"
-    head.add_row("memory (peak GPU)", f"{mem.peak_gib:,.2f} GiB of {mem.usable_bytes / GIB:,.1f} usable: {verdict}")
-    head.add_row(f"measured-run error ({evidence.family})", evidence.line())
-    console.print(head)
-    parts = Table(title="where the step time goes (critical pipeline rank)")
-    parts.add_column("part")
-    parts.add_column("time", justify="right")
-    parts.add_column("share", justify="right")
-    for name, seconds in result.breakdown.items():
-        if seconds > 0:
-            parts.add_row(name.replace("_", " "), _fmt_s(seconds), f"{seconds / result.step_time_s:.1%}")
-    console.print(parts)
-    comm = Table(title="communication (critical rank): total vs exposed")
-    comm.add_column("kind")
-    comm.add_column("total", justify="right")
-    comm.add_column("exposed", justify="right")
-    for kind, total in result.pipeline.comm_total_s.items():
-        if total > 0:
-            comm.add_row(kind, _fmt_s(total), _fmt_s(result.pipeline.comm_exposed_s.get(kind, 0.0)))
-    console.print(comm)
-    _print_memory(result, False)
-
-
-def _print_memory(result: Projection, as_json: bool) -> None:
-    mem = result.memory
-    if as_json:
-        print(json.dumps({"memory": mem.to_dict(), "model": result.model.name, "num_gpus": result.system.num_gpus}))
-        return
-    table = Table(title=f"memory per GPU (peak on pipeline rank {mem.peak.rank})")
-    table.add_column("part")
-    table.add_column("GiB", justify="right")
-    for name, nbytes in mem.peak.parts.items():
-        table.add_row(name.replace("_", " "), f"{nbytes / GIB:,.2f}")
-    table.add_row("[bold]total[/]", f"[bold]{mem.peak_gib:,.2f}[/]")
-    verdict = "[green]FITS[/]" if mem.fits else "[red]OOM[/]"
-    table.add_row(f"capacity {mem.capacity_bytes / GIB:,.0f} GiB, {mem.headroom:.0%} kept free", f"{verdict}")
-    console.print(table)
 
 
 def register(app: typer.Typer) -> None:

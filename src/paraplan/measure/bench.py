@@ -20,23 +20,21 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
-import platform
 import random
 import re
-import socket
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paraplan.measure.device import DTYPE_NAMES, cpu_model, torch_dtype
+from paraplan.measure.processes import ping_pong, run_processes
 from paraplan.measure.samples import sample_file_name, write_sample_table
 
 FWD_BWD_COLUMNS = ("F_dur(us)", "B_dur(us)")
-DTYPES = ("fp32", "bf16", "fp16")
+DTYPES = DTYPE_NAMES
 VOCAB_QUICK, VOCAB_FULL = 4096, 32000  # cross-entropy and embedding vocabulary (already a multiple of 128)
 
 
@@ -86,23 +84,12 @@ def device_name(config: BenchConfig) -> str:
     if config.on_gpu:
         raw = _torch().cuda.get_device_name(0)
     else:
-        raw = "CPU-" + (_cpu_model() or platform.machine() or "unknown")
+        raw = "CPU-" + cpu_model("unknown")
     return re.sub(r"[^A-Za-z0-9.\-]", "", raw) or "device"
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def _torch_dtype(config: BenchConfig) -> Any:
-    torch = _torch()
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[config.dtype]
+    return torch_dtype(config.dtype)
 
 
 # ---- timing --------------------------------------------------------------------------------------------
@@ -390,30 +377,10 @@ def _optimizer_rows(config: BenchConfig) -> list[tuple[float, ...]]:
 
 
 # ---- collectives -----------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _collective_worker(rank: int, world: int, port: int, config: BenchConfig, result_path: str) -> None:
-    """One process of the collective benchmark (module level: started with the spawn method)."""
-    import datetime
-
+def _collective_worker(rank: int, world: int, config: BenchConfig) -> dict[str, list[tuple[float, float]]] | None:
+    """One process of the collective benchmark (`processes.run_processes`); rank 0 returns the rows."""
     torch = _torch()
     dist = torch.distributed
-    backend = "nccl" if config.on_gpu else "gloo"
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    if config.on_gpu:
-        torch.cuda.set_device(rank)
-    dist.init_process_group(
-        backend,
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=120),
-    )
     dtype = _torch_dtype(config)
     element_bytes = torch.tensor([], dtype=dtype).element_size()
     results: dict[str, list[tuple[float, float]]] = {"allreduce": [], "allgather": [], "p2p": []}
@@ -429,20 +396,9 @@ def _collective_worker(rank: int, world: int, port: int, config: BenchConfig, re
         results["allreduce"].append((elements, timed(lambda b=buffer: dist.all_reduce(b))))
         gathered = [torch.empty_like(buffer) for _ in range(world)]
         results["allgather"].append((elements, timed(lambda b=buffer, g=gathered: dist.all_gather(g, b))))
-
-        def ping_pong(b: Any = buffer) -> None:  # rank 0 <-> rank 1; one way = half the round trip
-            if rank == 0:
-                dist.send(b, 1)
-                dist.recv(b, 1)
-            elif rank == 1:
-                dist.recv(b, 0)
-                dist.send(b, 0)
-
-        results["p2p"].append((elements, timed(ping_pong) / 2))
-    if rank == 0:
-        Path(result_path).write_text(json.dumps(results))
-    dist.barrier()
-    dist.destroy_process_group()
+        # rank 0 <-> rank 1; one way = half the round trip
+        results["p2p"].append((elements, timed(lambda b=buffer: ping_pong(b, rank)) / 2))
+    return results if rank == 0 else None
 
 
 def collective_world_size(config: BenchConfig) -> int:
@@ -450,20 +406,10 @@ def collective_world_size(config: BenchConfig) -> int:
 
 
 def _collective_rows(config: BenchConfig) -> dict[str, list[tuple[float, ...]]]:
-    torch = _torch()
     world = collective_world_size(config)
     if world < 2:
         return {}
-    with tempfile.TemporaryDirectory() as tmp:
-        result_path = os.path.join(tmp, "collectives.json")
-        torch.multiprocessing.start_processes(
-            _collective_worker,
-            args=(world, _free_port(), config, result_path),
-            nprocs=world,
-            join=True,
-            start_method="spawn",
-        )
-        results = json.loads(Path(result_path).read_text())
+    results = run_processes(_collective_worker, world, (config,), config.device, config.threads, pin_cores=False)[0]
     # send/recv runs between two GPUs of the node: the kernel-samples' p2p_fp16_1_2 topology
     return {
         op: [(elements, 1, 2 if op == "p2p" else world, t_us) for elements, t_us in rows]

@@ -11,7 +11,9 @@ of the same model and batch is comparable op for op: one fused QKV projection wi
 the query and key heads, one fused gate+up projection, the whole model in the training dtype (parameters,
 gradients and AdamW states; no master copy), and data parallelism as one all-reduce of a contiguous
 gradient buffer after the backward (Megatron's DDP without overlap: `overlap_grad_reduce=False`). The loss
-is divided by the data-parallel size before the backward, so the summed gradients are the mean.
+is divided by the data-parallel size before the backward, so the summed gradients are the mean. The model
+is the reference model of `paraplan.measure.reference` (the layers the hybrid projection times,
+`paraplan.measure.layers`), and the data-parallel processes are `paraplan.measure.processes`' (one harness).
 
 fp32 by default (`--precision fp32` in paraplan): on CPUs with AMX, bf16 matmuls are fast but PyTorch's
 bf16 flash-attention backward takes a scalar path (20x its forward, 5x the fp32 backward, time nearly
@@ -25,59 +27,24 @@ torch is imported lazily: importing this module does not need it.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paraplan.specs.model import ModelSpec
+from paraplan.measure.device import cpu_gpu_spec, torch_dtype, torch_threads
+from paraplan.measure.processes import run_processes
+from paraplan.measure.reference import TinyLlama, build_stage, flat_grad_buffer, parameter_count
 from paraplan.specs.training import TrainingSpec
 
 if TYPE_CHECKING:
     from paraplan.cost.calibration import Calibration
     from paraplan.result import Projection
     from paraplan.specs.system import SystemSpec
-
-
-@dataclass(frozen=True, slots=True)
-class TinyLlama:
-    """Model shape. Widths should lie inside the `paraplan measure --quick` sample ranges (see `bench`)."""
-
-    vocab: int = 1024  # a multiple of 128: Megatron's padding (and paraplan's) leaves it unchanged
-    hidden: int = 512
-    layers: int = 2
-    heads: int = 8
-    kv_heads: int = 2
-    ffn: int = 1408  # about 2.75 x hidden, as Llama (gate and up: 2 x 1408)
-    tied: bool = False
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    def model_spec(self) -> ModelSpec:
-        return ModelSpec(
-            name="tiny-llama-cpu",
-            num_layers=self.layers,
-            hidden_size=self.hidden,
-            ffn_hidden_size=self.ffn,
-            num_attention_heads=self.heads,
-            vocab_size=self.vocab,
-            num_query_groups=self.kv_heads,
-            activation="swiglu",
-            norm="rmsnorm",
-            position="rope",
-            tied_embeddings=self.tied,
-            source="paraplan.measure.e2e",
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,103 +105,11 @@ def _torch() -> Any:
     return torch
 
 
-def torch_dtype(name: str) -> Any:
-    torch = _torch()
-    return {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[name]
-
-
 # ---- the model --------------------------------------------------------------------------------------------
-def build_model(config: TinyLlama, dtype: str = "fp32", seed: int = 0) -> Any:
-    """The decoder as a torch.nn.Module in `dtype`; forward(tokens [b, s], targets [b, s]) -> scalar loss."""
-    torch = _torch()
-    nn, F = torch.nn, torch.nn.functional
-
-    class RMSNorm(nn.Module):
-        def __init__(self, dim: int) -> None:
-            super().__init__()
-            self.weight = nn.Parameter(torch.ones(dim))
-
-        def forward(self, x: Any) -> Any:
-            return F.rms_norm(x, (x.shape[-1],), self.weight, config.norm_eps)
-
-    def rotate(x: Any, cos: Any, sin: Any) -> Any:  # rotate-half form (Megatron's), x [b, s, heads, d]
-        x1, x2 = x.chunk(2, dim=-1)
-        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
-
-    class Attention(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            c = config
-            self.qkv = nn.Linear(c.hidden, (c.heads + 2 * c.kv_heads) * c.head_dim, bias=False)
-            self.out = nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
-
-        def forward(self, x: Any, cos: Any, sin: Any) -> Any:
-            c = config
-            b, s, _ = x.shape
-            qk, v = self.qkv(x).split([(c.heads + c.kv_heads) * c.head_dim, c.kv_heads * c.head_dim], -1)
-            # one rotary call over the query and key heads together, as paraplan's single "rotary" op
-            q, k = rotate(qk.view(b, s, c.heads + c.kv_heads, c.head_dim), cos, sin).split([c.heads, c.kv_heads], 2)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=c.kv_heads != c.heads)
-            return self.out(o.transpose(1, 2).reshape(b, s, c.heads * c.head_dim))
-
-    class MLP(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.gate_up = nn.Linear(config.hidden, 2 * config.ffn, bias=False)
-            self.down = nn.Linear(config.ffn, config.hidden, bias=False)
-
-        def forward(self, x: Any) -> Any:
-            gate, up = self.gate_up(x).chunk(2, dim=-1)
-            return self.down(F.silu(gate) * up)
-
-    class Block(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.attn_norm, self.attn = RMSNorm(config.hidden), Attention()
-            self.mlp_norm, self.mlp = RMSNorm(config.hidden), MLP()
-
-        def forward(self, x: Any, cos: Any, sin: Any) -> Any:
-            x = x + self.attn(self.attn_norm(x), cos, sin)
-            return x + self.mlp(self.mlp_norm(x))
-
-    class Decoder(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.embedding = nn.Embedding(config.vocab, config.hidden)
-            self.blocks = nn.ModuleList(Block() for _ in range(config.layers))
-            self.final_norm = RMSNorm(config.hidden)
-            self.lm_head = nn.Linear(config.hidden, config.vocab, bias=False)
-            if config.tied:
-                self.lm_head.weight = self.embedding.weight
-
-        def rotary(self, seq: int, dtype: Any) -> tuple[Any, Any]:
-            d = config.head_dim
-            inv = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
-            angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv)
-            angles = torch.cat((angles, angles), dim=-1)[:, None, :]  # [s, 1, d]: broadcast over batch and heads
-            return angles.cos().to(dtype), angles.sin().to(dtype)
-
-        def forward(self, tokens: Any, targets: Any, cos: Any, sin: Any) -> Any:
-            x = self.embedding(tokens)
-            for block in self.blocks:
-                x = block(x, cos, sin)
-            logits = self.lm_head(self.final_norm(x))
-            return F.cross_entropy(logits.view(-1, config.vocab).float(), targets.view(-1))  # fp32 loss
-
-    torch.manual_seed(seed)
-    model = Decoder()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.02)
-            if name.endswith("out.weight") or name.endswith("down.weight"):
-                p.mul_(1.0 / (2 * config.layers) ** 0.5)
-    return model.to(torch_dtype(dtype))
-
-
-def parameter_count(model: Any) -> int:
-    return sum(p.numel() for p in model.parameters())
+def build_model(config: TinyLlama, run: RunConfig) -> Any:
+    """The decoder as a torch.nn.Module in the run's dtype; forward(tokens [b, s], targets [b, s]) -> scalar
+    loss: the reference model (`paraplan.measure.reference`, the hybrid projection's layers) as one stage."""
+    return build_stage(config.model_spec(), run.training_spec(1), 0, run.dtype, run.seed)
 
 
 def _batches(config: TinyLlama, run: RunConfig, rank: int, count: int) -> list[tuple[Any, Any]]:
@@ -254,24 +129,18 @@ class Trainer:
     def __init__(self, config: TinyLlama, run: RunConfig, world: int = 1) -> None:
         torch = _torch()
         self.config, self.run, self.world = config, run, world
-        self.model = build_model(config, run.dtype, run.seed)
+        self.model = build_model(config, run)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.cos, self.sin = self.model.rotary(run.seq, torch_dtype(run.dtype))
         self.grad_buffer = None
         self.all_reduce_s: list[float] = []  # wall time of each step's gradient all-reduce
         if world > 1:  # gradients live in one flat buffer: a single all-reduce per step, no copies
-            total = sum(p.numel() for p in self.params)
-            self.grad_buffer = torch.zeros(total, dtype=torch_dtype(run.dtype))
-            offset = 0
-            for p in self.params:
-                p.grad = self.grad_buffer[offset : offset + p.numel()].view_as(p)
-                offset += p.numel()
+            self.grad_buffer = flat_grad_buffer(self.params, torch_dtype(run.dtype))
         self.optimizer = torch.optim.AdamW(self.params, lr=run.lr, fused=True)
 
     def step(self, tokens: Any, targets: Any) -> float:
         """One training step; returns the loss (a float: the host waits for nothing on a CPU)."""
         torch = _torch()
-        loss = self.model(tokens, targets, self.cos, self.sin)
+        loss = self.model(tokens, targets)
         (loss / self.world if self.world > 1 else loss).backward()
         if self.grad_buffer is not None:
             start = time.perf_counter()
@@ -321,77 +190,38 @@ def _timed_steps(
 
 def run_single(config: TinyLlama, run: RunConfig) -> StepTimes:
     """Train in this process; returns the timed steps."""
-    torch = _torch()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(run.threads)
-    try:
+    with torch_threads(run.threads):
         trainer = Trainer(config, run, world=1)
         batches = _batches(config, run, 0, run.warmup + run.steps)
         times, cpu, losses = _timed_steps(trainer, batches, run.warmup, None)
         extra = {"empty_step_s": trainer.empty_step_s()}
-    finally:
-        torch.set_num_threads(threads)
     return StepTimes(1, tuple(times), tuple(cpu), tuple(losses), params=parameter_count(trainer.model), extra=extra)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _init_gloo(rank: int, world: int, port: int) -> Any:
-    """Join the local gloo process group of `world` ranks on `port`; returns torch.distributed."""
-    dist = _torch().distributed
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-        timeout=datetime.timedelta(seconds=120),
-    )  # fmt: skip
-    return dist
-
-
-def _dp_worker(rank: int, world: int, port: int, config: TinyLlama, run: RunConfig, result_dir: str) -> None:
-    """One data-parallel rank (module level: started with the spawn method)."""
+def _dp_worker(rank: int, world: int, config: TinyLlama, run: RunConfig) -> dict[str, Any]:
+    """One data-parallel rank (`processes.run_processes`)."""
     torch = _torch()
     dist = torch.distributed
-    torch.set_num_threads(run.threads)
-    _init_gloo(rank, world, port)
-    try:
-        trainer = Trainer(config, run, world=world)
-        batches = _batches(config, run, rank, run.warmup + run.steps)
-        times, cpu, losses = _timed_steps(trainer, batches, run.warmup, dist.barrier)
-        check = trainer.params[0].detach().float().sum().reshape(1)  # replicas must stay identical
-        gathered = [torch.zeros(1) for _ in range(world)]
-        dist.all_gather(gathered, check)
-        result = {
-            "times": times,
-            "cpu": cpu,
-            "losses": losses,
-            "params": parameter_count(trainer.model),
-            "replica_sums": [float(g) for g in gathered],
-            "empty_step_s": trainer.empty_step_s(),
-            "all_reduce_s": trainer.all_reduce_s[run.warmup :],
-        }
-        Path(result_dir, f"rank{rank}.json").write_text(json.dumps(result))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    trainer = Trainer(config, run, world=world)
+    batches = _batches(config, run, rank, run.warmup + run.steps)
+    times, cpu, losses = _timed_steps(trainer, batches, run.warmup, dist.barrier)
+    check = trainer.params[0].detach().float().sum().reshape(1)  # replicas must stay identical
+    gathered = [torch.zeros(1) for _ in range(world)]
+    dist.all_gather(gathered, check)
+    return {
+        "times": times,
+        "cpu": cpu,
+        "losses": losses,
+        "params": parameter_count(trainer.model),
+        "replica_sums": [float(g) for g in gathered],
+        "empty_step_s": trainer.empty_step_s(),
+        "all_reduce_s": trainer.all_reduce_s[run.warmup :],
+    }
 
 
 def run_data_parallel(config: TinyLlama, run: RunConfig, world: int = 2) -> StepTimes:
     """Train data-parallel on `world` local processes over gloo; the step time is the slowest rank's."""
-    torch = _torch()
-    with tempfile.TemporaryDirectory() as tmp:
-        torch.multiprocessing.start_processes(
-            _dp_worker,
-            args=(world, _free_port(), config, run, tmp),
-            nprocs=world,
-            join=True,
-            start_method="spawn",
-        )
-        results = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
+    results = run_processes(_dp_worker, world, (config, run), "cpu", run.threads, pin_cores=False)
     steps = tuple(max(r["times"][i] for r in results) for i in range(len(results[0]["times"])))
     cpu = tuple(max(r["cpu"][i] for r in results) for i in range(len(results[0]["cpu"])))
     extra = {
@@ -437,10 +267,8 @@ def measure_cpu(dtype: str = "fp32", threads: int = 1, start_together: Callable[
     """Matmul peak, streaming bandwidth and dispatch costs, with `threads` torch threads. `start_together`
     (a barrier, `measure_cpu_shared`) is called before each timing loop."""
     torch = _torch()
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
     together = start_together or (lambda: None)
-    try:
+    with torch_threads(threads):
         dt = torch_dtype(dtype)
         n = 1024
         a, b = torch.randn(n, n, dtype=dt), torch.randn(n, n, dtype=dt)
@@ -456,8 +284,6 @@ def measure_cpu(dtype: str = "fp32", threads: int = 1, start_together: Callable[
         out = leaf * 2.0
         grad = torch.ones_like(out)
         backward = _min_time_s(lambda: torch.autograd.grad(out, leaf, grad, retain_graph=True), 20, 200)
-    finally:
-        torch.set_num_threads(previous)
     try:
         memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError, AttributeError):
@@ -494,15 +320,9 @@ class SharedCpu:
         return shared
 
 
-def _shared_worker(rank: int, world: int, port: int, dtype: str, threads: int, result_dir: str) -> None:
-    """One of the processes of `measure_cpu_shared` (module level: started with the spawn method)."""
-    dist = _init_gloo(rank, world, port)
-    try:
-        figures = measure_cpu(dtype, threads, start_together=dist.barrier)
-        Path(result_dir, f"rank{rank}.json").write_text(json.dumps(asdict(figures)))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+def _shared_worker(rank: int, world: int, dtype: str, threads: int) -> dict[str, Any]:
+    """One of the processes of `measure_cpu_shared` (`processes.run_processes`)."""
+    return asdict(measure_cpu(dtype, threads, start_together=_torch().distributed.barrier))
 
 
 def measure_cpu_shared(dtype: str, threads: int, world: int) -> CpuFigures:
@@ -510,13 +330,8 @@ def measure_cpu_shared(dtype: str, threads: int, world: int) -> CpuFigures:
     rate of each resource (a data-parallel step waits for its slowest rank)."""
     if world == 1:
         return measure_cpu(dtype, threads)
-    torch = _torch()
-    with tempfile.TemporaryDirectory() as tmp:
-        torch.multiprocessing.start_processes(
-            _shared_worker, args=(world, _free_port(), dtype, threads, tmp), nprocs=world, join=True,
-            start_method="spawn",
-        )  # fmt: skip
-        ranks = [CpuFigures(**json.loads(Path(tmp, f"rank{r}.json").read_text())) for r in range(world)]
+    rows = run_processes(_shared_worker, world, (dtype, threads), "cpu", None, pin_cores=False)
+    ranks = [CpuFigures(**row) for row in rows]
     return replace(
         ranks[0],
         matmul_flops=min(f.matmul_flops for f in ranks),
@@ -594,19 +409,14 @@ def cpu_system(figures: CpuFigures, link: LinkFit, world: int) -> SystemSpec:
     so the measured line's intercept is split over the two steps. fp32 runs on the `fp16_tflops` field
     (`specs.system.PRECISION_PEAK_KEY`); both 16-bit fields carry the measured matmul rate.
     """
-    from paraplan.specs.system import GpuSpec, SystemSpec
+    from paraplan.specs.system import SystemSpec
 
-    tflops = figures.matmul_flops / 1e12
-    gpu = GpuSpec(
-        name=f"cpu-{figures.threads}t",
-        fp16_tflops=tflops,
-        bf16_tflops=tflops,
-        fp8_tflops=0.0,
-        fp4_tflops=0.0,
-        hbm_gib=figures.memory_gib,
-        hbm_tbps=figures.stream_bytes_per_s / 1e12,
-        sm_count=figures.threads,
-        source=f"measured: {figures.dtype} 1024^3 matmul, 8 MiB add, {figures.threads} thread(s)",
+    gpu = cpu_gpu_spec(
+        figures.threads,
+        figures.matmul_flops,
+        figures.stream_bytes_per_s,
+        figures.memory_gib,
+        f"measured: {figures.dtype} 1024^3 matmul, 8 MiB add, {figures.threads} thread(s)",
     )
     gbps = link.bytes_per_s / 1e9
     return SystemSpec(
@@ -668,19 +478,16 @@ class FrameworkOverhead:
 
 def framework_overhead(config: TinyLlama, run: RunConfig, repeats: int = 10) -> FrameworkOverhead:
     """Minima over `repeats` empty steps (thread CPU time with one thread, else wall time)."""
-    torch = _torch()
     empty_model = replace(config, vocab=128, hidden=2 * config.heads, ffn=2)
     empty_run = replace(run, batch=1, seq=2)
     clock = time.thread_time if run.threads == 1 else time.perf_counter
-    previous = torch.get_num_threads()
-    torch.set_num_threads(run.threads)
-    try:
+    with torch_threads(run.threads):
         trainer = Trainer(empty_model, empty_run, world=1)
         tokens, targets = _batches(empty_model, empty_run, 0, 1)[0]
         microbatch, step = [], []
         for i in range(repeats + 2):
             start = clock()
-            loss = trainer.model(tokens, targets, trainer.cos, trainer.sin)
+            loss = trainer.model(tokens, targets)
             loss.backward()
             middle = clock()
             trainer.optimizer.step()
@@ -689,8 +496,6 @@ def framework_overhead(config: TinyLlama, run: RunConfig, repeats: int = 10) -> 
             if i >= 2:
                 microbatch.append(middle - start)
                 step.append(clock() - middle)
-    finally:
-        torch.set_num_threads(previous)
     return FrameworkOverhead(min(microbatch), min(step))
 
 
@@ -699,16 +504,12 @@ def optimizer_s_per_param(dtype: str = "fp32", threads: int = 1, params: int = 2
     tensors, measured directly (for models outside the profile's optimizer samples: give the model's count,
     so that the states stream from memory as in a step)."""
     torch = _torch()
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         tensors = [torch.randn(params // 8, dtype=torch_dtype(dtype), requires_grad=True) for _ in range(8)]
         for p in tensors:
             p.grad = torch.randn_like(p)
         optimizer = torch.optim.AdamW(tensors, lr=1e-4, fused=True)
         return _min_time_s(optimizer.step, repeats=5) / params
-    finally:
-        torch.set_num_threads(previous)
 
 
 def project_cpu(
@@ -815,7 +616,6 @@ def _aten_category(name: str) -> str:
 def step_breakdown(config: TinyLlama, run: RunConfig, steps: int = 4) -> StepBreakdown:
     """Where one process's step spends its CPU time, per category (gemm, attention, optimizer, elementwise,
     framework): `steps` timed op by op, as many plain."""
-    torch = _torch()
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class OpTimer(TorchDispatchMode):
@@ -829,9 +629,7 @@ def step_breakdown(config: TinyLlama, run: RunConfig, steps: int = 4) -> StepBre
             self.records.append((func.overloadpacket.__name__, time.thread_time() - start))
             return out
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(run.threads)
-    try:
+    with torch_threads(run.threads):
         trainer = Trainer(config, run, world=1)
         batches = _batches(config, run, 0, run.warmup + 2 * steps)
         for tokens, targets in batches[: run.warmup]:
@@ -847,8 +645,6 @@ def step_breakdown(config: TinyLlama, run: RunConfig, steps: int = 4) -> StepBre
             with timer:
                 trainer.step(tokens, targets)
             recorded.append(timer.records)
-    finally:
-        torch.set_num_threads(previous)
     count = min(len(r) for r in recorded)
     categories: dict[str, float] = {}
     for i in range(count):
@@ -871,12 +667,9 @@ def measured_categories(config: TinyLlama, run: RunConfig, steps: int = 2) -> di
     """Self CPU seconds per category of one single-process step under the torch profiler (mean of `steps`
     steps after a warm-up): gemm, attention, optimizer, and everything else as elementwise (with the
     framework's own time). The profiler adds some overhead of its own."""
-    torch = _torch()
     from torch.profiler import ProfilerActivity, profile
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(run.threads)
-    try:
+    with torch_threads(run.threads):
         trainer = Trainer(config, run, world=1)
         batches = _batches(config, run, 0, run.warmup + steps)
         for tokens, targets in batches[: run.warmup]:
@@ -884,8 +677,6 @@ def measured_categories(config: TinyLlama, run: RunConfig, steps: int = 2) -> di
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for tokens, targets in batches[run.warmup :]:
                 trainer.step(tokens, targets)
-    finally:
-        torch.set_num_threads(previous)
     out: dict[str, float] = {}
     for event in prof.key_averages():
         name = event.key.lower()

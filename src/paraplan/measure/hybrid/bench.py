@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from paraplan.graph.layers import Shard
-from paraplan.hybrid.layers import DTYPES, build_block
-from paraplan.hybrid.local import DevicePeaks
-from paraplan.hybrid.timing import DeviceTimer, Stats
+from paraplan.measure.device import DevicePeaks, torch_dtype
+from paraplan.measure.hybrid.timing import DeviceTimer, Stats
+from paraplan.measure.layers import build_block
 from paraplan.specs.model import ModelSpec
 
 BENCH_VERSION = 2  # bump when what is timed changes: old cache rows stop matching
@@ -253,7 +253,7 @@ class OptimizerTimer:
         self.master = [torch.nn.Parameter(torch.randn(s, device=device) * 0.02) for s in shapes]
         for p in self.master:
             p.grad = torch.randn_like(p) * 1e-3
-        model_dtype = DTYPES[settings.dtype]
+        model_dtype = torch_dtype(settings.dtype)
         self.copies = (
             [torch.empty(s, device=device, dtype=model_dtype) for s in shapes] if model_dtype != torch.float32 else []
         )
@@ -312,7 +312,7 @@ def time_peaks(settings: BenchSettings) -> DevicePeaks:
     """A large square matmul and a large copy, the best of a few runs."""
     n = 4096 if settings.device == "cuda" else 1024
     copy_elems = 2**28 if settings.device == "cuda" else 2**24
-    device, dtype = torch.device(settings.device), DTYPES[settings.dtype]
+    device, dtype = torch.device(settings.device), torch_dtype(settings.dtype)
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     src = torch.randn(copy_elems, device=device, dtype=dtype)
     dst = torch.empty_like(src)

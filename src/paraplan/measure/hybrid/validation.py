@@ -3,7 +3,7 @@
 
 A shared machine's load comes and goes within seconds, so the real steps and the benchmark are interleaved
 step by step inside one 2-process job: each iteration runs one real step of every layout, then one repeat
-of every downscaled block (on both processes at once, as in `paraplan.hybrid.job`) and of the optimizer.
+of every downscaled block (on both processes at once, as in `paraplan.measure.hybrid.job`) and of the optimizer.
 Both sides thus see the same conditions. The collectives are timed at the end, the network fitted to
 them, and the core projection upscales the blocks' medians to each layout.
 """
@@ -14,46 +14,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from paraplan.measure.reference import TinyLlama
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.training import TrainingSpec
 
-TINY_LLAMA = ModelSpec(
-    name="tiny-llama",
-    num_layers=4,
-    hidden_size=256,
-    ffn_hidden_size=704,
-    num_attention_heads=4,
-    num_query_groups=2,
-    vocab_size=2048,
-    source="a Llama-3-shaped toy: GQA, SwiGLU, RMSNorm, rotary, untied embeddings",
-)
-
-
-BUSY_PRESSURE = 30.0  # % of the last 10 s in which some task waited for a CPU (Linux PSI)
-
-
-def machine_busy(cores_needed: int = 2) -> str | None:
-    """Why this machine cannot give the validation its cores to itself (other jobs running), or None.
-
-    The validation compares two timings of a 2-process job; with other work taking the cores in bursts, the
-    two see different machines and differ by 10-25% run to run whatever the model. Linux CPU pressure
-    (/proc/pressure/cpu) says it directly; without it, the load average against the core count."""
-    import os
-    from pathlib import Path
-
-    try:
-        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-        pressure = float(line.split("avg10=")[1].split()[0])
-        if pressure > BUSY_PRESSURE:
-            return f"CPU pressure {pressure:.0f}% (tasks waiting for a core over the last 10 s)"
-        return None
-    except (OSError, IndexError, ValueError):
-        pass
-    cores = os.cpu_count() or 1
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if cores < cores_needed or load > cores - cores_needed + 0.5:
-        return f"load average {load:.1f} on {cores} cores"
-    return None
+# a Llama-3-shaped toy: GQA, SwiGLU, RMSNorm, rotary, untied embeddings
+TINY_LLAMA = TinyLlama(vocab=2048, hidden=256, layers=4, heads=4, kv_heads=2, ffn=704).model_spec()
 
 
 def layouts(seq: int = 128, global_batch: int = 4) -> dict[str, TrainingSpec]:
@@ -120,9 +86,9 @@ def _worker(
     iterations: int,
 ) -> dict[str, Any]:
     """Real steps and benchmark repeats, interleaved; then the collectives."""
-    from paraplan.hybrid.bench import BlockTimer, OptimizerTimer
-    from paraplan.hybrid.collectives import time_collectives
-    from paraplan.hybrid.realrun import Trainer
+    from paraplan.measure.hybrid.bench import BlockTimer, OptimizerTimer
+    from paraplan.measure.hybrid.collectives import time_collectives
+    from paraplan.measure.hybrid.realrun import Trainer
 
     trainers = {name: Trainer(rank, model, train) for name, train in targets.items()}
     blocks = [BlockTimer(kind, job.model, job.shard, job.settings) for kind in job.kinds]
@@ -156,17 +122,17 @@ def validate_cpu(
 ) -> ValidationReport:
     """Real 2-process runs (PP=2 and DP=2) and the hybrid projection of each, from one interleaved job."""
     from paraplan.cost.calibration import calibration_for
-    from paraplan.hybrid.api import fit_weight
-    from paraplan.hybrid.bench import BenchSettings, OptimizerMeasurement, block_param_shapes
-    from paraplan.hybrid.collectives import CPU_SIZES_BYTES, collectives_from_rows
-    from paraplan.hybrid.commfit import fit_comm
-    from paraplan.hybrid.device import detect
-    from paraplan.hybrid.job import BenchJob, merge_block_replicas, merge_replicas
-    from paraplan.hybrid.local import local_cpu_system
-    from paraplan.hybrid.plan import plan_benchmark
-    from paraplan.hybrid.spawn import run_processes
-    from paraplan.hybrid.timing import Stats
-    from paraplan.hybrid.upscale import BlockTimes, upscale
+    from paraplan.measure.device import detect
+    from paraplan.measure.hybrid.api import fit_weight
+    from paraplan.measure.hybrid.bench import BenchSettings, OptimizerMeasurement, block_param_shapes
+    from paraplan.measure.hybrid.collectives import CPU_SIZES_BYTES, collectives_from_rows
+    from paraplan.measure.hybrid.commfit import fit_comm
+    from paraplan.measure.hybrid.job import BenchJob, merge_block_replicas, merge_replicas
+    from paraplan.measure.hybrid.local import local_cpu_system
+    from paraplan.measure.hybrid.plan import plan_benchmark
+    from paraplan.measure.hybrid.timing import Stats
+    from paraplan.measure.hybrid.upscale import BlockTimes, upscale
+    from paraplan.measure.processes import run_processes
 
     devices = detect("cpu")
     system = local_cpu_system(2)

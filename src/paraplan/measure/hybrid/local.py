@@ -8,39 +8,17 @@ among the local processes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from paraplan.hybrid.device import LocalDevices
-from paraplan.specs.system import GpuSpec, SystemSpec
-
-CPU_PREFIX = "cpu"
-
-
-@dataclass(frozen=True, slots=True)
-class DevicePeaks:
-    """Achieved peaks on the device (they describe a CPU "GPU"; measured blocks do not use them)."""
-
-    matmul_flops_per_s: float
-    copy_bytes_per_s: float
-
-
-def is_local_cpu(system: SystemSpec) -> bool:
-    """Whether a target system describes CPU processes (a `gpu` named cpu...)."""
-    return system.gpu.name.lower().startswith(CPU_PREFIX)
+from paraplan.measure.device import DevicePeaks, LocalDevices, cpu_gpu_spec
+from paraplan.specs.system import SystemSpec
 
 
 def cpu_system(devices: LocalDevices, num_procs: int, peaks: DevicePeaks) -> SystemSpec:
-    tflops = peaks.matmul_flops_per_s / 1e12
-    gpu = GpuSpec(
-        name=f"{CPU_PREFIX}-{devices.threads}t",
-        fp16_tflops=tflops,
-        bf16_tflops=tflops,
-        fp8_tflops=0.0,
-        fp4_tflops=0.0,
-        hbm_gib=devices.memory_bytes / 2**30,
-        hbm_tbps=peaks.copy_bytes_per_s / 1e12,
-        sm_count=devices.threads,
-        source=f"{devices.name}: one process of {devices.threads} thread(s); peaks measured (matmul, copy)",
+    gpu = cpu_gpu_spec(
+        devices.threads,
+        peaks.matmul_flops_per_s,
+        peaks.copy_bytes_per_s,
+        devices.memory_bytes / 2**30,
+        f"{devices.name}: one process of {devices.threads} thread(s); peaks measured (matmul, copy)",
     )
     return SystemSpec(
         gpu=gpu,
@@ -56,9 +34,9 @@ def cpu_system(devices: LocalDevices, num_procs: int, peaks: DevicePeaks) -> Sys
 
 def local_cpu_system(num_procs: int, threads: int = 1, cache_path: str | None = None) -> SystemSpec:
     """Detect this CPU, time its matmul and copy peaks (cached) and describe `num_procs` processes on it."""
-    from paraplan.hybrid.bench import BENCH_VERSION, BenchSettings, time_peaks
-    from paraplan.hybrid.cache import MeasurementCache
-    from paraplan.hybrid.device import detect
+    from paraplan.measure.device import detect, torch_threads
+    from paraplan.measure.hybrid.bench import BENCH_VERSION, BenchSettings, time_peaks
+    from paraplan.measure.hybrid.cache import MeasurementCache
 
     devices = detect("cpu", threads)
     cache = MeasurementCache(cache_path)
@@ -66,14 +44,8 @@ def local_cpu_system(num_procs: int, threads: int = 1, cache_path: str | None = 
     key = {"dtype": "fp32", "v": BENCH_VERSION}
     row = cache.get(devices.key, "peaks", key, software)
     if row is None:
-        import torch
-
-        previous = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with torch_threads(threads):
             peaks = time_peaks(BenchSettings("cpu", "fp32"))
-        finally:
-            torch.set_num_threads(previous)
         row = {"matmul_flops_per_s": peaks.matmul_flops_per_s, "copy_bytes_per_s": peaks.copy_bytes_per_s}
         cache.put(devices.key, "peaks", key, software, row)
     return cpu_system(devices, num_procs, DevicePeaks(row["matmul_flops_per_s"], row["copy_bytes_per_s"]))

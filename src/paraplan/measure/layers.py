@@ -25,9 +25,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from paraplan.graph.layers import Shard, padded_vocab
+from paraplan.measure.device import torch_dtype
 from paraplan.specs.model import ModelSpec
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 INIT_STD = 0.02  # GPT-2 / Megatron `init_method_std`
 NORM_EPS = 1e-5
 DROPOUT_P = 0.1  # GPT-3 style hidden and attention dropout
@@ -136,15 +136,26 @@ def causal_mask(s: RankShapes, device: torch.device) -> torch.Tensor | None:
     return torch.arange(s.seq_full, device=device)[None, :] <= q_pos[:, None]
 
 
-def rotary(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Rotate-half rotary embedding on x [b, s, heads, d] at the given positions."""
-    d = x.shape[-1]
-    inv_freq = 1.0 / (ROPE_BASE ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
-    angles = positions.to(x.device, torch.float32)[:, None] * inv_freq[None, :]
-    emb = torch.cat([angles, angles], dim=-1)[None, :, None, :]
-    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+def rotary_tables(positions: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [s, 1, dim] of the rotary angles at `positions` (fp32; cast with the module)."""
+    inv_freq = 1.0 / (ROPE_BASE ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    angles = torch.outer(positions.to(torch.float32), inv_freq)
+    angles = torch.cat((angles, angles), dim=-1)[:, None, :]  # broadcast over batch and heads
+    return angles.cos(), angles.sin()
+
+
+def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half rotary embedding (Megatron's `apply_rotary_pos_emb`) on x [b, s, heads, d]."""
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _register_rotary(module: nn.Module, s: RankShapes, dim: int) -> None:
+    """The rotary tables of this rank's query positions as buffers: computed once, cast with the module."""
+    positions = cp_query_positions(s) if s.cp > 1 else torch.arange(s.seq)
+    cos, sin = rotary_tables(positions, dim)
+    module.register_buffer("cos", cos, persistent=False)
+    module.register_buffer("sin", sin, persistent=False)
 
 
 def _linear(n_in: int, n_out: int, bias: bool) -> nn.Linear:
@@ -204,7 +215,8 @@ def core_attention(
 
 
 class Attention(nn.Module):
-    """GQA/MQA/MHA: fused QKV projection, rotary, core attention, output projection (TP-sharded heads)."""
+    """GQA/MQA/MHA: fused QKV projection, one rotary call over the query and key heads together (the graph's
+    single "rotary" op), core attention, output projection (TP-sharded heads)."""
 
     def __init__(self, model: ModelSpec, s: RankShapes, selective: bool) -> None:
         super().__init__()
@@ -212,16 +224,18 @@ class Attention(nn.Module):
         d = s.head_dim
         self.qkv = _linear(s.hidden, (s.heads + 2 * s.kv_heads) * d, model.attention_bias)
         self.out = _linear(s.heads * d, s.hidden, model.attention_bias)
+        if model.position == "rope":
+            _register_rotary(self, s, d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s, d = self.s, self.s.head_dim
         b, n = x.shape[0], x.shape[1]
-        q, k, v = self.qkv(x).split([s.heads * d, s.kv_heads * d, s.kv_heads * d], dim=-1)
-        q, k, v = q.view(b, n, s.heads, d), k.view(b, n, s.kv_heads, d), v.view(b, n, s.kv_heads, d)
+        qk, v = self.qkv(x).split([(s.heads + s.kv_heads) * d, s.kv_heads * d], dim=-1)
+        qk = qk.view(b, n, s.heads + s.kv_heads, d)
         if self.model.position == "rope":
-            pos = cp_query_positions(s) if s.cp > 1 else torch.arange(n)
-            q, k = rotary(q, pos), rotary(k, pos)
-        k, v = cp_gather(k, s), cp_gather(v, s)
+            qk = rotate_half(qk, self.cos, self.sin)
+        q, k = qk.split([s.heads, s.kv_heads], dim=2)
+        k, v = cp_gather(k, s), cp_gather(v.view(b, n, s.kv_heads, d), s)
         out = self._core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         return self.out(out.transpose(1, 2).reshape(b, n, s.heads * d))
 
@@ -255,6 +269,7 @@ class LatentAttention(Attention):
         self.kv_norm = Norm(kv_rank, model.norm)
         self.kv_up = _linear(kv_rank, heads * (nope + dv), bias)
         self.out = _linear(heads * dv, h, bias)
+        _register_rotary(self, s, rope)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         m, s = self.model, self.s
@@ -264,9 +279,8 @@ class LatentAttention(Attention):
         q_nope, q_rope = q.view(b, n, heads, nope + rope).split([nope, rope], dim=-1)
         latent, k_rope = self.kv_down(x).split([kv_rank, rope], dim=-1)
         k_nope, v = self.kv_up(self.kv_norm(latent)).view(b, n, heads, nope + dv).split([nope, dv], dim=-1)
-        pos = cp_query_positions(s) if s.cp > 1 else torch.arange(n)
-        q = torch.cat([q_nope, rotary(q_rope, pos)], dim=-1)
-        k_rope = rotary(k_rope.view(b, n, 1, rope), pos).expand(b, n, heads, rope)
+        q = torch.cat([q_nope, rotate_half(q_rope, self.cos, self.sin)], dim=-1)
+        k_rope = rotate_half(k_rope.view(b, n, 1, rope), self.cos, self.sin).expand(b, n, heads, rope)
         k = cp_gather(torch.cat([k_nope, k_rope], dim=-1), s)
         v = cp_gather(v, s)
         out = self._core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
@@ -429,11 +443,11 @@ def build_block(
     """One block at this rank's shapes, with random inputs of the right shapes on `device`."""
     torch.manual_seed(seed)
     s = RankShapes.of(model, shard)
-    torch_dtype, dev = DTYPES[dtype], torch.device(device)
+    dtype_of_run, dev = torch_dtype(dtype), torch.device(device)
     b, n, h = s.batch, s.seq_local, s.hidden
 
     def hidden_input() -> torch.Tensor:
-        return (torch.randn(b, n, h, device=dev) * 0.5).to(torch_dtype).requires_grad_(True)
+        return (torch.randn(b, n, h, device=dev) * 0.5).to(dtype_of_run).requires_grad_(True)
 
     def token_ids(rows: int) -> torch.Tensor:
         return torch.randint(0, s.vocab, (b, rows), device=dev)
@@ -457,7 +471,7 @@ def build_block(
         inputs, run = [x, embedded], _call(module, x, embedded, targets)
     else:
         raise ValueError(f"unknown block kind '{kind}' (one of {', '.join(BLOCK_KINDS)})")
-    module.to(device=dev, dtype=torch_dtype)
+    module.to(device=dev, dtype=dtype_of_run)
     module.train()
     return BlockRun(kind, module, inputs, run)
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from paraplan.graph.ops import CommKind
-from paraplan.hybrid.timing import Stats
+from paraplan.measure.hybrid.timing import Stats
+from paraplan.measure.processes import ping_pong
 
 CPU_SIZES_BYTES = tuple(2**p for p in range(14, 26, 2))  # 16 KiB .. 16 MiB
 GPU_SIZES_BYTES = tuple(2**p for p in range(16, 31, 2))  # 64 KiB .. 1 GiB
@@ -74,17 +75,8 @@ def time_collectives(
             CommKind.ALL_GATHER: lambda b=buf, s=shard: all_gather(b, s),
             CommKind.REDUCE_SCATTER: lambda b=buf, s=shard: reduce_scatter(s, b),
             CommKind.ALL_TO_ALL: lambda b=buf: dist.all_to_all_single(torch.empty_like(b), b),
+            CommKind.SEND_RECV: lambda b=buf: ping_pong(b, rank),
         }
-
-        def ping_pong(b: Any = buf) -> None:
-            if rank == 0:
-                dist.send(b, 1)
-                dist.recv(b, 1)
-            elif rank == 1:
-                dist.recv(b, 0)
-                dist.send(b, 0)
-
-        ops[CommKind.SEND_RECV] = ping_pong
         for kind, fn in ops.items():
             try:
                 samples = timed(fn)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from paraplan.cost.block import BlockCost, MeasuredBlock, block_cost
 from paraplan.cost.calibration import Calibration
 from paraplan.graph import layers as L
-from paraplan.hybrid.commfit import CommFit
-from paraplan.hybrid.plan import BenchPlan, block_ops
-from paraplan.hybrid.straggler import straggler_wait_s, with_straggler_wait
+from paraplan.measure.hybrid.commfit import CommFit
+from paraplan.measure.hybrid.plan import BenchPlan, block_ops
+from paraplan.measure.hybrid.straggler import straggler_wait_s, with_straggler_wait
 from paraplan.projection import ProjectionOptions, block_context, project_specs
 from paraplan.result import Projection
 from paraplan.specs.system import SystemSpec

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paraplan.graph.layers import Shard
-from paraplan.hybrid.bench import (
+from paraplan.measure.device import LocalDevices, torch_threads
+from paraplan.measure.hybrid.bench import (
     BENCH_VERSION,
     BenchSettings,
     BlockMeasurement,
@@ -26,16 +27,15 @@ from paraplan.hybrid.bench import (
     time_block,
     time_optimizer,
 )
-from paraplan.hybrid.cache import MeasurementCache
-from paraplan.hybrid.collectives import (
+from paraplan.measure.hybrid.cache import MeasurementCache
+from paraplan.measure.hybrid.collectives import (
     CPU_SIZES_BYTES,
     GPU_SIZES_BYTES,
     CollectiveSample,
     collectives_from_rows,
     time_collectives,
 )
-from paraplan.hybrid.device import LocalDevices
-from paraplan.hybrid.timing import Stats
+from paraplan.measure.hybrid.timing import Stats
 from paraplan.specs.model import ModelSpec
 
 
@@ -88,7 +88,7 @@ def _run(rank: int, world: int, job: BenchJob) -> dict[str, Any]:
 def merge_replicas(stats: Sequence[Stats]) -> Stats:
     """One device's figures from the replicas': the mean over all of their runs (the replicas' means
     averaged), the typical median, the extremes over all, the largest run-to-run variation. What the
-    slowest of a synchronous job's ranks costs beyond that is `paraplan.hybrid.straggler`'s part."""
+    slowest of a synchronous job's ranks costs beyond that is `paraplan.measure.hybrid.straggler`'s part."""
     return Stats(
         statistics.median(s.median_s for s in stats),
         min(s.min_s for s in stats),
@@ -115,16 +115,9 @@ def merge_block_replicas(rows: Sequence[dict[str, Any]]) -> BlockMeasurement:
 def run_job(job: BenchJob, devices: LocalDevices, world: int) -> dict[str, Any]:
     """Run on `world` local devices at once (spawned processes) or, for one, in this process."""
     if world <= 1:
-        import torch
-
-        previous = torch.get_num_threads()
-        if devices.kind == "cpu":
-            torch.set_num_threads(devices.threads)
-        try:
+        with torch_threads(devices.threads if devices.kind == "cpu" else None):
             return _run(0, 1, job)
-        finally:
-            torch.set_num_threads(previous)
-    from paraplan.hybrid.spawn import run_processes
+    from paraplan.measure.processes import run_processes
 
     everyone = run_processes(_run, world, (job,), devices.kind, devices.threads)
     results = everyone[: job.replicas]

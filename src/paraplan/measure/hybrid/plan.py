@@ -24,7 +24,7 @@ from paraplan.cost.block import weight_params
 from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind
-from paraplan.hybrid.device import LocalDevices
+from paraplan.measure.device import LocalDevices
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec

@@ -38,44 +38,28 @@ class Trainer:
         import torch
         import torch.distributed as dist
 
-        from paraplan.graph.layers import Shard
-        from paraplan.graph.partition import virtual_stages
-        from paraplan.hybrid.layers import DTYPES, DecoderLayer, Embedding, Head, RankShapes
+        from paraplan.graph.layers import padded_vocab
+        from paraplan.measure.device import torch_dtype
+        from paraplan.measure.reference import build_stage, flat_grad_buffer
 
-        self.torch, self.dist, self.dtype = torch, dist, DTYPES[dtype]
+        self.torch, self.dist, self.dtype = torch, dist, torch_dtype(dtype)
         dp, pp = train.dp, train.pp
         self.rank, self.dp, self.pp = rank, dp, pp
         self.stage, replica = rank // dp, rank % dp
         groups = [dist.new_group([s * dp + d for d in range(dp)]) for s in range(pp)] if dp > 1 else []
         self.dp_group = groups[self.stage] if groups else None
-        info = virtual_stages(model, train)[self.stage]
-        shapes = RankShapes.of(model, Shard.of(train))
-        torch.manual_seed(seed + self.stage)  # replicas of a stage start from the same weights
-        self.layers = torch.nn.ModuleList(
-            DecoderLayer(model, shapes, moe=model.is_moe_layer(info.first_layer + i)) for i in range(info.num_layers)
-        )
-        self.embedding = Embedding(model, shapes) if info.has_embedding else None
-        self.head = Head(model, shapes) if info.has_head else None
-        modules = torch.nn.ModuleList([m for m in (self.embedding, *self.layers, self.head) if m is not None])
-        modules.to(self.dtype).train()
-        params = list(modules.parameters())
-        self.flat = torch.zeros(sum(p.numel() for p in params), dtype=self.dtype)
-        offset = 0
-        for p in params:  # contiguous gradient buffer (Megatron's grad buffer): backward accumulates into it
-            p.grad = self.flat[offset : offset + p.numel()].view_as(p)
-            offset += p.numel()
+        # replicas of a stage start from the same weights
+        self.module = build_stage(model, train, self.stage, dtype, seed + self.stage)
+        params = list(self.module.parameters())
+        self.flat = flat_grad_buffer(params, self.dtype)
         self.optimizer = torch.optim.AdamW(params, lr=1e-4, foreach=True)
         self.m = train.num_microbatches
         data = torch.Generator().manual_seed(seed + 100 + replica)
-        self.ids = [torch.randint(0, shapes.vocab, (train.mbs, train.seq), generator=data) for _ in range(self.m)]
+        vocab = padded_vocab(model, train.tp) // train.tp
+        self.ids = [torch.randint(0, vocab, (train.mbs, train.seq), generator=data) for _ in range(self.m)]
         self.act_shape = (train.mbs, train.seq, model.hidden_size)
         self.loss_scale = 1.0 / (self.m * dp)
         self.parts = {"compute_s": 0.0, "grad_reduce_s": 0.0, "optimizer_s": 0.0}
-
-    def _layers(self, h: Any) -> Any:
-        for layer in self.layers:
-            h = layer(h)
-        return h
 
     def _one_f_one_b(self) -> None:
         torch, dist = self.torch, self.dist
@@ -91,8 +75,9 @@ class Trainer:
                 dist.recv(h_in, prev_rank)
                 h_in.requires_grad_()
             t0 = time.perf_counter()
-            h = self._layers(self.embedding(self.ids[i]) if first else h_in)
-            out = self.head(h, self.ids[i]) * self.loss_scale if last else h
+            out = self.module(self.ids[i] if first else h_in, self.ids[i])
+            if last:
+                out = out * self.loss_scale
             self.parts["compute_s"] += time.perf_counter() - t0
             if not last:
                 sent = out.detach()
@@ -132,7 +117,7 @@ class Trainer:
         else:
             for i in range(self.m):
                 t0 = time.perf_counter()
-                (self.head(self._layers(self.embedding(self.ids[i])), self.ids[i]) * self.loss_scale).backward()
+                (self.module(self.ids[i], self.ids[i]) * self.loss_scale).backward()
                 self.parts["compute_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         if self.dp_group is not None:
@@ -169,7 +154,7 @@ def real_run(
     seed: int = 0,
 ) -> RealRun:
     """Train `steps` steps of a pp x dp layout (tp = cp = ep = 1) on pp * dp local CPU processes (gloo)."""
-    from paraplan.hybrid.spawn import run_processes
+    from paraplan.measure.processes import run_processes
 
     if train.tp != 1 or train.cp != 1 or train.ep != 1:
         raise ValueError("the real CPU run covers pp and dp layouts (tp = cp = ep = 1)")

@@ -21,7 +21,7 @@ import numpy as np
 
 from paraplan.cost.calibration import Calibration
 from paraplan.graph.ops import CommKind
-from paraplan.hybrid.collectives import CollectiveSample
+from paraplan.measure.hybrid.collectives import CollectiveSample
 from paraplan.specs.system import SystemSpec
 
 

@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.cost.calibration import calibration_for
-from paraplan.hybrid.cache import MeasurementCache, default_cache_path
-from paraplan.hybrid.collectives import CollectiveSample
-from paraplan.hybrid.commfit import CommFit, fit_comm
-from paraplan.hybrid.device import HybridUnavailable, LocalDevices, detect
-from paraplan.hybrid.local import is_local_cpu
-from paraplan.hybrid.plan import BenchPlan, plan_benchmark
-from paraplan.hybrid.upscale import BlockTimes, Source, upscale
+from paraplan.measure.device import HybridUnavailable, LocalDevices, detect, is_local_cpu
+from paraplan.measure.hybrid.cache import MeasurementCache, default_cache_path
+from paraplan.measure.hybrid.collectives import CollectiveSample
+from paraplan.measure.hybrid.commfit import CommFit, fit_comm
+from paraplan.measure.hybrid.plan import BenchPlan, plan_benchmark
+from paraplan.measure.hybrid.upscale import BlockTimes, Source, upscale
 from paraplan.result import Projection
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -79,8 +78,8 @@ def hybrid_project(
     """Raises HybridUnavailable (no PyTorch, no such device) so callers can fall back."""
     options = options or HybridOptions()
     devices = detect(options.device, options.threads)
-    from paraplan.hybrid.bench import BenchSettings
-    from paraplan.hybrid.job import measure
+    from paraplan.measure.hybrid.bench import BenchSettings
+    from paraplan.measure.hybrid.job import measure
 
     notes: list[str] = []
     local_cpu = is_local_cpu(system)

@@ -12,8 +12,10 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
-from paraplan.hybrid.device import HybridUnavailable, detect
-from paraplan.hybrid.local import is_local_cpu
+from paraplan.cli.common import console, err_console
+from paraplan.cli.printers import print_projection, write_trace
+from paraplan.measure import device as local_devices
+from paraplan.measure.device import HybridUnavailable, detect, is_local_cpu
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
@@ -35,18 +37,15 @@ def hybrid_command(
     has_profile: bool,
 ) -> bool:
     """Run and print the hybrid projection; False (after a message on stderr) when it cannot run here."""
-    from paraplan.cli.common import console, err_console
-    from paraplan.hybrid import torch_available
-
     fallback = "the fitted operator profiles" if has_profile else "the analytic model"
-    if not torch_available():
+    if not local_devices.torch_available():
         err_console.print(
             f"[yellow]hybrid:[/] PyTorch is not installed (pip install 'paraplan[measure]'); "
             f"projecting with {fallback} instead",
             highlight=False,
         )
         return False
-    from paraplan.hybrid.api import HybridOptions, hybrid_project
+    from paraplan.measure.hybrid.api import HybridOptions, hybrid_project
 
     options = HybridOptions(device=device or default_device(system), cache_path=cache_path, record_events=bool(trace))
     try:
@@ -63,14 +62,12 @@ def hybrid_command(
         first = str(exc).splitlines()[0]
         err_console.print(f"[yellow]hybrid:[/] {escape(first)}; projecting with {fallback} instead", highlight=False)
         return False
-    from paraplan.cli.project import _print_projection, _write_trace
-
     if trace:
-        _write_trace(result.projection, trace)
+        write_trace(result.projection, trace)
     if as_json:
         print(json.dumps(result.to_dict(), default=float))
         return True
-    _print_projection(result.projection, False)
+    print_projection(result.projection, False)
     step = result.projection.step_time_s
     parts = Table(title=f"hybrid: where each part of the step comes from (device: {result.devices.name})")
     for column, justify in (("part", "left"), ("time", "right"), ("share", "right"), ("origin", "left")):

@@ -1,0 +1,82 @@
+"""Terminal and file output of a projection, shared by `paraplan project`/`memory` and `paraplan project --hybrid`."""
+
+from __future__ import annotations
+
+import json
+
+from rich.table import Table
+
+from paraplan.cli.common import console
+from paraplan.errors import ConfigError
+from paraplan.memory.model import GIB
+from paraplan.result import Projection
+from paraplan.validate.evidence import evidence_for
+
+
+def write_trace(result: Projection, path: str) -> None:
+    try:
+        from paraplan.report.trace import write_projection_trace
+    except ImportError:
+        raise ConfigError("trace export is not available in this installation") from None
+    write_projection_trace(result, path)
+
+
+def fmt_s(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.3f} s"
+
+
+def print_projection(result: Projection, as_json: bool) -> None:
+    evidence = evidence_for(result.system.gpu.name)
+    if as_json:
+        print(json.dumps({**result.to_dict(), "validation": evidence.to_dict()}, default=float))
+        return
+    t = result.train
+    head = Table(title=f"{result.model.name} on {result.system.num_gpus} x {result.system.gpu.name}", show_header=False)
+    head.add_row(
+        "layout",
+        f"tp={t.tp} pp={t.pp} vpp={t.vpp} cp={t.cp} ep={t.ep} dp={t.dp} mbs={t.mbs} gbs={t.gbs} seq={t.seq} "
+        f"({t.num_microbatches} micro-batches, {t.pipeline_schedule}, {t.precision}, "
+        f"recompute {t.recompute_granularity})",
+    )
+    head.add_row("step time", fmt_s(result.step_time_s))
+    head.add_row("throughput", f"{result.tokens_per_sec_per_gpu:,.0f} tokens/s per GPU")
+    head.add_row("model TFLOP/s per GPU", f"{result.tflops_per_gpu:,.1f}")
+    head.add_row("MFU / HFU", f"{result.mfu:.1%} / {result.hfu:.1%}")
+    mem = result.memory
+    verdict = "[green]FITS[/]" if mem.fits else "[red]OOM[/]"
+    head.add_row("memory (peak GPU)", f"{mem.peak_gib:,.2f} GiB of {mem.usable_bytes / GIB:,.1f} usable: {verdict}")
+    head.add_row(f"measured-run error ({evidence.family})", evidence.line())
+    console.print(head)
+    parts = Table(title="where the step time goes (critical pipeline rank)")
+    parts.add_column("part")
+    parts.add_column("time", justify="right")
+    parts.add_column("share", justify="right")
+    for name, seconds in result.breakdown.items():
+        if seconds > 0:
+            parts.add_row(name.replace("_", " "), fmt_s(seconds), f"{seconds / result.step_time_s:.1%}")
+    console.print(parts)
+    comm = Table(title="communication (critical rank): total vs exposed")
+    comm.add_column("kind")
+    comm.add_column("total", justify="right")
+    comm.add_column("exposed", justify="right")
+    for kind, total in result.pipeline.comm_total_s.items():
+        if total > 0:
+            comm.add_row(kind, fmt_s(total), fmt_s(result.pipeline.comm_exposed_s.get(kind, 0.0)))
+    console.print(comm)
+    print_memory(result, False)
+
+
+def print_memory(result: Projection, as_json: bool) -> None:
+    mem = result.memory
+    if as_json:
+        print(json.dumps({"memory": mem.to_dict(), "model": result.model.name, "num_gpus": result.system.num_gpus}))
+        return
+    table = Table(title=f"memory per GPU (peak on pipeline rank {mem.peak.rank})")
+    table.add_column("part")
+    table.add_column("GiB", justify="right")
+    for name, nbytes in mem.peak.parts.items():
+        table.add_row(name.replace("_", " "), f"{nbytes / GIB:,.2f}")
+    table.add_row("[bold]total[/]", f"[bold]{mem.peak_gib:,.2f}[/]")
+    verdict = "[green]FITS[/]" if mem.fits else "[red]OOM[/]"
+    table.add_row(f"capacity {mem.capacity_bytes / GIB:,.0f} GiB, {mem.headroom:.0%} kept free", f"{verdict}")
+    console.print(table)
