@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Collection, Iterable
+
 
 class ConfigError(ValueError):
     """Bad input: an impossible layout, an unknown preset, a malformed file, a missing field."""
@@ -9,3 +12,24 @@ class ConfigError(ValueError):
     def __init__(self, problems: list[str] | str) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("\n".join(self.problems))
+
+
+def unknown_name_problems(
+    names: Iterable[str], known: Collection[str], what: str = "setting", where: str = ""
+) -> list[str]:
+    """One line per name not in `known`, with the closest known name when one is close (difflib's ratio >= 0.6):
+    "unknown training setting 'tensor_parallel' (did you mean 'tensor_model_parallel_size'?)"."""
+    prefix = f"{where}: " if where else ""
+    lines = []
+    for name in sorted(set(names) - set(known)):
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        lines.append(f"{prefix}unknown {what} '{name}'{hint}")
+    return lines
+
+
+def reject_unknown_names(names: Iterable[str], known: Collection[str], what: str = "setting", where: str = "") -> None:
+    """Raise a ConfigError naming every name not in `known` (a typo must not be dropped without a word)."""
+    problems = unknown_name_problems(names, known, what, where)
+    if problems:
+        raise ConfigError(problems)

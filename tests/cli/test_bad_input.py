@@ -94,10 +94,12 @@ def test_malformed_files(tmp_path: Path) -> None:
     )
     unknown = tmp_path / "sys2.yaml"
     unknown.write_text("gpu: h100-sxm5-80gb\nnum_gpus: 8\nwarp_drive: true\n")
-    assert_bad(run(["project", "--model", "llama3.1-8b", "--system-file", str(unknown)]), "unknown field 'warp_drive'")
+    assert_bad(
+        run(["project", "--model", "llama3.1-8b", "--system-file", str(unknown)]), "unknown system field 'warp_drive'"
+    )
     train = tmp_path / "train.yaml"
     train.write_text("tp: 2\nmagic: 1\n")
-    assert_bad(run(BASE + ["--gpus", "8", "--config", str(train)]), "unknown training field 'magic'")
+    assert_bad(run(BASE + ["--gpus", "8", "--config", str(train)]), "unknown training setting 'magic'")
 
 
 def test_bad_csv_for_validate(tmp_path: Path) -> None:

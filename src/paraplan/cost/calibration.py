@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from paraplan.errors import reject_unknown_names
+
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
@@ -73,8 +75,9 @@ class Calibration:
     source: str = "defaults from public microbenchmarks"
 
     def with_values(self, **values: Any) -> Calibration:
-        known = {f.name for f in fields(self)}
-        return replace(self, **{k: v for k, v in values.items() if k in known})
+        """Replace constants by name; an unknown name is a ConfigError (a misspelt constant must not be dropped)."""
+        reject_unknown_names(values, {f.name for f in fields(self)}, "calibration constant")
+        return replace(self, **values)
 
 
 @cache

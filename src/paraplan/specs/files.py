@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from paraplan.errors import ConfigError
+from paraplan.errors import ConfigError, unknown_name_problems
 from paraplan.specs.presets import system_preset
-from paraplan.specs.system import GpuSpec, SystemSpec
-from paraplan.specs.training import ALIASES, TrainingSpec
+from paraplan.specs.system import GPU_FIELD_NAMES, SYSTEM_FIELD_NAMES, GpuSpec, SystemSpec
+from paraplan.specs.training import SETTING_NAMES, TrainingSpec
 
-SYSTEM_FIELDS = {f.name for f in fields(SystemSpec)} - {"gpu"}
-GPU_FIELDS = {f.name for f in fields(GpuSpec)}
-TRAINING_FIELDS = {f.name for f in fields(TrainingSpec)}
+SYSTEM_FIELDS = SYSTEM_FIELD_NAMES - {"gpu"}
+GPU_FIELDS = GPU_FIELD_NAMES
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -46,8 +44,7 @@ def system_from_file(path: str | Path, num_gpus: int | None = None) -> SystemSpe
     SystemSpec/GpuSpec field as an override."""
     path = Path(path)
     data = read_yaml(path)
-    unknown = sorted(set(data) - SYSTEM_FIELDS - GPU_FIELDS - {"gpu"})
-    problems = [f"{path}: unknown field '{k}'" for k in unknown]
+    problems = unknown_name_problems(data, SYSTEM_FIELDS | GPU_FIELDS | {"gpu"}, "system field", str(path))
     gpu = data.get("gpu")
     n = num_gpus or data.get("num_gpus")
     if gpu is None:
@@ -60,12 +57,9 @@ def system_from_file(path: str | Path, num_gpus: int | None = None) -> SystemSpe
         system = system_preset(gpu, int(n))
     elif isinstance(gpu, dict):
         missing = sorted({"name", "bf16_tflops", "hbm_gib", "hbm_tbps", "sm_count"} - set(gpu))
-        bad = sorted(set(gpu) - GPU_FIELDS)
+        bad = unknown_name_problems(gpu, GPU_FIELDS, "gpu field", str(path))
         if missing or bad:
-            raise ConfigError(
-                [f"{path}: gpu mapping is missing '{k}'" for k in missing]
-                + [f"{path}: unknown gpu field '{k}'" for k in bad]
-            )
+            raise ConfigError([f"{path}: gpu mapping is missing '{k}'" for k in missing] + bad)
         values = {k: gpu[k] for k in gpu}
         values.setdefault("fp16_tflops", values["bf16_tflops"])
         values.setdefault("fp8_tflops", 0.0)
@@ -92,10 +86,10 @@ def system_from_file(path: str | Path, num_gpus: int | None = None) -> SystemSpe
 def training_from_file(path: str | Path, base: TrainingSpec | None = None) -> TrainingSpec:
     path = Path(path)
     data = read_yaml(path)
-    canonical = {ALIASES.get(k, k): v for k, v in data.items()}
-    unknown = sorted(k for k in canonical if k not in TRAINING_FIELDS)
+    unknown = unknown_name_problems(data, SETTING_NAMES, "training setting", str(path))
     if unknown:
-        raise ConfigError([f"{path}: unknown training field '{k}'" for k in unknown])
-    if "pipeline_layout" in canonical and canonical["pipeline_layout"] is not None:
-        canonical["pipeline_layout"] = tuple(int(x) for x in canonical["pipeline_layout"])
-    return (base or TrainingSpec()).with_values(**canonical)
+        raise ConfigError(unknown)
+    values = dict(data)
+    if values.get("pipeline_layout") is not None:
+        values["pipeline_layout"] = tuple(int(x) for x in values["pipeline_layout"])
+    return (base or TrainingSpec()).with_values(**values)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
+from paraplan.errors import reject_unknown_names
+
 Activation = Literal["swiglu", "gelu", "squared_relu", "relu", "geglu"]
 Norm = Literal["rmsnorm", "layernorm"]
 Position = Literal["rope", "learned", "alibi", "none"]
@@ -100,5 +102,9 @@ class ModelSpec:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
 
     def with_overrides(self, **values: object) -> ModelSpec:
-        known = {f.name for f in fields(self)}
-        return replace(self, **{k: v for k, v in values.items() if k in known and v is not None})
+        """Replace fields by name; None values are ignored; an unknown name is a ConfigError."""
+        reject_unknown_names(values, MODEL_FIELD_NAMES, "model field")
+        return replace(self, **{k: v for k, v in values.items() if v is not None})
+
+
+MODEL_FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(ModelSpec))

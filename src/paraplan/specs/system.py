@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 
+from paraplan.errors import reject_unknown_names
+
 # Precision names (as in the measured data) -> the tensor-core peak they run on.
 PRECISION_PEAK_KEY: Mapping[str, str] = MappingProxyType(
     {
@@ -88,9 +90,14 @@ class SystemSpec:
         return self.nic_gbps * 1e9 / 8
 
     def with_overrides(self, **values: object) -> SystemSpec:
-        known = {f.name for f in fields(self)}
-        gpu_known = {f.name for f in fields(self.gpu)}
-        own = {k: v for k, v in values.items() if k in known and v is not None}
-        gpu_values = {k: v for k, v in values.items() if k in gpu_known and v is not None}
+        """Replace SystemSpec and GpuSpec fields by name; None values are ignored; an unknown name is a
+        ConfigError."""
+        reject_unknown_names(values, SYSTEM_FIELD_NAMES | GPU_FIELD_NAMES, "system field")
+        own = {k: v for k, v in values.items() if k in SYSTEM_FIELD_NAMES and v is not None}
+        gpu_values = {k: v for k, v in values.items() if k in GPU_FIELD_NAMES and v is not None}
         gpu = replace(self.gpu, **gpu_values) if gpu_values else self.gpu
-        return replace(self, gpu=gpu, **own)
+        return replace(self, **{"gpu": gpu, **own})
+
+
+GPU_FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(GpuSpec))
+SYSTEM_FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(SystemSpec))

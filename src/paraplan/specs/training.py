@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
+from paraplan.errors import reject_unknown_names
 from paraplan.specs.schedule import DEFAULT_SCHEDULE, SCHEDULES, PipelineSchedule
 from paraplan.specs.schedule import schedule as schedule_named
 
@@ -218,13 +219,14 @@ class TrainingSpec:
         return self.tp * self.pp * self.cp * self.dp
 
     def with_values(self, **values: object) -> TrainingSpec:
-        """Replace fields given by canonical or short name; None values are ignored."""
-        known = {f.name for f in fields(self)}
-        canonical: dict[str, object] = {}
-        for key, value in values.items():
-            if value is None:
-                continue
-            name = ALIASES.get(key, key)
-            if name in known:
-                canonical[name] = value
+        """Replace fields given by canonical or short name (`ALIASES`); None values are ignored. A name that is
+        neither is a ConfigError (with the closest valid name), never dropped."""
+        reject_unknown_names((k for k in values if ALIASES.get(k, k) not in TRAINING_FIELD_NAMES), SETTING_NAMES,
+                             "training setting")  # fmt: skip
+        canonical = {ALIASES.get(k, k): v for k, v in values.items() if v is not None}
         return replace(self, **canonical)
+
+
+TRAINING_FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(TrainingSpec))
+SETTING_NAMES: frozenset[str] = TRAINING_FIELD_NAMES | frozenset(ALIASES)
+"""Every name `TrainingSpec.with_values` and the training files take: the fields and their short aliases."""
