@@ -172,7 +172,7 @@ def test_v_schedules_are_refused(tmp_path: Path) -> None:
 
 
 def test_protobuf_parses_the_files(dense) -> None:
-    pytest.importorskip("google.protobuf")
+    pytest.importorskip("google.protobuf", reason="protobuf is not installed (Chakra protobuf traces)")
     from paraplan.formats.chakra_pb import message_classes
 
     classes = message_classes()

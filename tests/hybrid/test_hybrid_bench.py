@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
 
 from paraplan.graph.layers import Shard  # noqa: E402
 from paraplan.measure.device import HybridUnavailable, detect  # noqa: E402

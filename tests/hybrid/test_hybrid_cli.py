@@ -35,7 +35,7 @@ def test_without_pytorch_it_falls_back_with_a_message(monkeypatch):
 
 
 def test_without_a_gpu_cuda_falls_back_with_a_message():
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
     import torch
 
     if torch.cuda.is_available():
@@ -48,14 +48,14 @@ def test_without_a_gpu_cuda_falls_back_with_a_message():
 
 
 def test_a_cpu_cannot_stand_for_a_gpu_target():
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
     result = runner.invoke(app, [*GPU_TARGET, "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert "the device at hand is a CPU" in result.output
 
 
 def test_hybrid_on_this_cpu_marks_every_part(tmp_path, monkeypatch):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
     from paraplan.measure.hybrid.local import local_cpu_system, system_file_text
 
     monkeypatch.setenv("PARAPLAN_HYBRID_CACHE", str(tmp_path / "h.sqlite"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
 
 from paraplan.cost.block import MATMUL_KINDS, weight_params  # noqa: E402
 from paraplan.graph.layers import Shard  # noqa: E402

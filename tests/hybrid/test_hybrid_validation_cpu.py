@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-pytest.importorskip("torch")
+pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
 
 from paraplan.measure.device import machine_busy  # noqa: E402
 from paraplan.measure.hybrid.validation import validate_cpu  # noqa: E402

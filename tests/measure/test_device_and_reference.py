@@ -23,7 +23,7 @@ def test_availability_answers_without_raising() -> None:
 
 
 def test_torch_threads_restores_the_count() -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
     before = torch.get_num_threads()
     with device.torch_threads(1):
         assert torch.get_num_threads() == 1
@@ -33,7 +33,7 @@ def test_torch_threads_restores_the_count() -> None:
 
 
 def test_both_harnesses_train_one_reference_model() -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
     from paraplan.measure import e2e, layers
     from paraplan.measure.reference import TinyLlama, build_stage, flat_grad_buffer, parameter_count
 
@@ -54,7 +54,7 @@ def test_both_harnesses_train_one_reference_model() -> None:
 
 
 def test_one_rotary_over_queries_and_keys_rotates_each_at_its_position() -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
     from paraplan.measure.layers import rotary_tables, rotate_half
 
     seq, dim = 6, 8

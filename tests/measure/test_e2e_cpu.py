@@ -36,8 +36,8 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("sklearn")
+pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
+pytest.importorskip("sklearn", reason="scikit-learn is not installed (the 'fit' extra)")
 
 TARGET = 0.15  # the target for the whole step
 PARTS_TOLERANCE = 0.15  # the profiled parts (GEMMs + attention + optimizer) vs the same parts in the step

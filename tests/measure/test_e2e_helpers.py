@@ -74,7 +74,7 @@ def test_spread_spans_the_sizes() -> None:
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_reference_model_trains(tied: bool) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
     config = e2e.TinyLlama(vocab=128, hidden=32, layers=2, heads=4, kv_heads=2, ffn=48, tied=tied)
     run = e2e.RunConfig(batch=2, seq=16, steps=3, warmup=1)
     result = e2e.run_single(config, run)

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from paraplan.cost.profile import Profile
 from paraplan.measure.samples import find_sample_files, read_sample_table
 
-pytest.importorskip("torch")
-pytest.importorskip("sklearn")
+pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
+pytest.importorskip("sklearn", reason="scikit-learn is not installed (the 'fit' extra)")
 
 
 def test_measure_quick_then_fit(tmp_path: Path, cli_app) -> None:

@@ -16,7 +16,7 @@ from paraplan.graph.ops import GemmShape, Op, OpKind, Phase
 from paraplan.measure.datasets import mapping_for
 from paraplan.measure.samples import parse_sample_name, read_sample_table
 
-pytest.importorskip("sklearn")
+pytest.importorskip("sklearn", reason="scikit-learn is not installed (the 'fit' extra)")
 
 from paraplan.measure.fit import (  # noqa: E402  (needs scikit-learn)
     _candidates,

@@ -13,7 +13,7 @@ from paraplan.measure.outliers import (
     work_slope,
 )
 
-pytest.importorskip("sklearn")
+pytest.importorskip("sklearn", reason="scikit-learn is not installed (the 'fit' extra)")
 
 
 def grid(rows: int = 200, noise: float = 0.02, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("plotly")
+pytest.importorskip("plotly", reason="plotly is not installed (the 'report' extra)")
 
 from paraplan.report import html  # noqa: E402
 from paraplan.report.browser import Chromium, find_chromium  # noqa: E402

@@ -21,8 +21,8 @@ def _is_png(path: Path) -> bool:
 
 
 def test_project_html_and_png(tmp_path: Path) -> None:
-    pytest.importorskip("plotly")
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("plotly", reason="plotly is not installed (the 'report' extra)")
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (the 'report' extra)")
     html, png = tmp_path / "p.html", tmp_path / "p.png"
     result = runner.invoke(app, [*PROJECT, "--html", str(html), "--png", str(png)])
     assert result.exit_code == 0, result.output
@@ -32,7 +32,7 @@ def test_project_html_and_png(tmp_path: Path) -> None:
 
 
 def test_geo_html(tmp_path: Path) -> None:
-    pytest.importorskip("plotly")
+    pytest.importorskip("plotly", reason="plotly is not installed (the 'report' extra)")
     html = tmp_path / "g.html"
     result = runner.invoke(app, ["geo", "--config", str(TINY_GEO), "--json", "--html", str(html)])
     assert result.exit_code == 0, result.output
@@ -40,7 +40,7 @@ def test_geo_html(tmp_path: Path) -> None:
 
 
 def test_validate_html(public_csv, tmp_path: Path) -> None:
-    pytest.importorskip("plotly")
+    pytest.importorskip("plotly", reason="plotly is not installed (the 'report' extra)")
     html = tmp_path / "v.html"
     args = ["validate", "--data", str(public_csv), "--source", "Korthikanti2022_Table5", "--html", str(html)]
     result = runner.invoke(app, args)
@@ -64,8 +64,8 @@ def test_without_the_report_extra_exit_2(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 
 def test_tune_html_and_png(tmp_path: Path) -> None:
-    pytest.importorskip("plotly")
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("plotly", reason="plotly is not installed (the 'report' extra)")
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (the 'report' extra)")
     html, png, out_csv = tmp_path / "t.html", tmp_path / "t.png", tmp_path / "all.csv"
     args = ["tune", "--model", "llama3.1-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--gbs", "16", "--seq", "4096",
             "--max-pp", "2", "--max-cp", "1", "--max-mbs", "2", "--executor", "serial", "--top", "3", "--json",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("plotly")
+pytest.importorskip("plotly", reason="plotly is not installed (the 'report' extra)")
 
 from paraplan.report import html  # noqa: E402
 from paraplan.report.build_project import build_project  # noqa: E402

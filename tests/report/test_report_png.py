@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("matplotlib")
+pytest.importorskip("matplotlib", reason="matplotlib is not installed (the 'report' extra)")
 
 from paraplan.report import png  # noqa: E402
 from paraplan.report.build_tune import build_tune  # noqa: E402

@@ -10,7 +10,7 @@ from paraplan.sim.engine import fast_timeline, plan_for, simulate
 from paraplan.sim.tables import build_tables
 from paraplan.specs.schedule import SCHEDULES, validate_schedule
 
-pytest.importorskip("numba")
+pytest.importorskip("numba", reason="numba is not installed (the 'fast' extra)")
 
 SHAPES = [(1, 1, 4), (2, 1, 4), (2, 2, 8), (3, 1, 7), (4, 1, 8), (4, 2, 16), (4, 3, 12), (8, 1, 16), (8, 4, 32)]
 

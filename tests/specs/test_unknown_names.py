@@ -89,3 +89,10 @@ def test_cli_files_exit_2_with_one_line(tmp_path: Path, name: str, text: str, op
     assert "Traceback" not in result.output
     errors = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and line in errors[0], result.output
+
+
+def test_rail_optimized_is_gone() -> None:
+    """It was accepted and changed nothing; the network model has no term for it (cost/comm.py), so it is removed
+    and a file that sets it is told so instead of being believed."""
+    with pytest.raises(ConfigError, match="unknown system field 'rail_optimized'"):
+        system_preset("h100-sxm5-80gb", 8).with_overrides(rail_optimized=False)

@@ -10,6 +10,8 @@ from paraplan.tune.proposer import API_KEY_ENV, LLMConfig, LLMProposer, parse_pr
 from paraplan.tune.space import SearchSpace
 from paraplan.tune.tuner import TuneOptions, tune
 
+NO_OPTUNA = "optuna is not installed (paraplan's 'tune' extra): the LLM proposer runs inside the tpe search"
+
 PROPOSALS = [
     {"tp": 2, "pp": 2, "vpp": 2, "cp": 1, "mbs": 1, "schedule": "interleaved", "recompute": "selective",
      "sharding": "dist_opt", "sp": True, "precision": "bf16"},  # legal, fits
@@ -51,6 +53,7 @@ def stub_url() -> Iterator[str]:
 
 
 def test_proposals_go_through_legality_and_memory(dense_problem, dense_limits, stub_url, monkeypatch) -> None:
+    pytest.importorskip("optuna", reason=NO_OPTUNA)
     monkeypatch.setenv(API_KEY_ENV, "sk-test")
     llm = LLMConfig.from_options(stub_url, "stub-model")
     result = tune(
@@ -70,6 +73,7 @@ def test_proposals_go_through_legality_and_memory(dense_problem, dense_limits, s
 
 
 def test_unreachable_endpoint_is_a_note_not_a_crash(dense_problem, dense_limits) -> None:
+    pytest.importorskip("optuna", reason=NO_OPTUNA)
     llm = LLMConfig(url="http://127.0.0.1:9", model="m", timeout_s=2)
     result = tune(dense_problem, dense_limits, TuneOptions(executor="serial", method="tpe", budget=20, llm=llm))
     assert result.top

@@ -4,7 +4,7 @@ import pytest
 
 from paraplan.tune.tuner import TuneOptions, tune
 
-ray = pytest.importorskip("ray")
+ray = pytest.importorskip("ray", reason="ray is not installed (the 'distributed' extra)")
 
 
 @pytest.fixture(scope="module")

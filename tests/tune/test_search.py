@@ -1,3 +1,5 @@
+import pytest
+
 from paraplan.projection import project_specs
 from paraplan.specs.validate import layout_problems
 from paraplan.tune.candidate import to_training
@@ -5,6 +7,8 @@ from paraplan.tune.evaluate import Evaluator
 from paraplan.tune.seed import seed_plan
 from paraplan.tune.space import SearchSpace, parse_constraints
 from paraplan.tune.tuner import TuneOptions, pareto_front, score, tune
+
+NO_OPTUNA = "optuna is not installed (paraplan's 'tune' extra): the tpe and nsga2 searches need it"
 
 
 def _assert_legal_and_fits(problem, evaluations) -> None:
@@ -59,6 +63,7 @@ def test_local_pool_matches_serial(dense_problem, dense_limits) -> None:
 
 
 def test_tpe_and_nsga2(dense_problem, dense_limits) -> None:
+    pytest.importorskip("optuna", reason=NO_OPTUNA)
     tpe = tune(dense_problem, dense_limits, TuneOptions(executor="serial", method="tpe", budget=120, top_k=5))
     assert tpe.method == "tpe" and tpe.top
     _assert_legal_and_fits(dense_problem, tpe.top)
@@ -114,8 +119,21 @@ def test_auto_enumerates_when_the_space_allows() -> None:
     from paraplan.tune.tuner import EXHAUSTIVE_MAX_GROUPS, _choose_method
 
     assert _choose_method(TuneOptions(), 1_000, 2, 0.005) == "exhaustive"
+    assert _choose_method(TuneOptions(method="exhaustive"), EXHAUSTIVE_MAX_GROUPS + 1, 2, 0.001) == "exhaustive"
+
+
+def test_auto_samples_with_optuna_when_the_space_is_large() -> None:
+    pytest.importorskip("optuna", reason=NO_OPTUNA)
+    from paraplan.tune.tuner import EXHAUSTIVE_MAX_GROUPS, _choose_method
+
     assert _choose_method(TuneOptions(time_limit_s=1), 100_000, 2, 0.005) == "tpe"
     multi = TuneOptions(objectives=("throughput", "memory"), time_limit_s=1)
     assert _choose_method(multi, 100_000, 2, 0.005) == "nsga2"
     assert _choose_method(TuneOptions(), EXHAUSTIVE_MAX_GROUPS + 1, 2, 0.001) == "tpe"
-    assert _choose_method(TuneOptions(method="exhaustive"), EXHAUSTIVE_MAX_GROUPS + 1, 2, 0.001) == "exhaustive"
+
+
+def test_auto_enumerates_a_large_space_without_optuna(monkeypatch) -> None:
+    from paraplan.tune import tuner
+
+    monkeypatch.setattr(tuner, "optuna_available", lambda: False)
+    assert tuner._choose_method(TuneOptions(), tuner.EXHAUSTIVE_MAX_GROUPS + 1, 2, 0.001) == "exhaustive"

@@ -7,7 +7,7 @@ from paraplan.validate.calibrate import _projector, fit, fittable, subsample
 from paraplan.validate.measured import read_rows
 from paraplan.validate.report import validate_rows
 
-pytest.importorskip("scipy")
+pytest.importorskip("scipy", reason="scipy is not installed (the 'fit' extra)")
 
 
 def test_families() -> None:

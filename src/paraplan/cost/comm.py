@@ -3,8 +3,12 @@
 Alpha-beta models per algorithm (Thakur et al. 2005; NCCL's ring and tree): a ring all-reduce of S
 bytes over n ranks moves 2(n-1)/n * S per rank; all-gather and reduce-scatter (n-1)/n * S. A group
 that spans several scale-up domains runs hierarchically: inside each domain over NVLink, across
-domains over the k NICs of the domain's members in parallel (rail-optimised fabrics), so the inter-node
-part carries S/k per NIC. Bandwidth efficiency grows with message size: eff(S) = S / (S + S_half).
+domains over the k NICs of the domain's members in parallel (NCCL's rings and trees pair each GPU with the
+same local rank on other nodes), so the inter-node part carries S/k per NIC. The scale-out tier is one
+non-blocking fabric in which every NIC runs at its line rate: a rail-optimised fabric (same local rank, same
+leaf switch) and a full-bisection fat tree give the same bandwidth, and the model has no oversubscription or
+switch-hop term that would tell them apart (`SystemSpec` has no rail field for that reason). Bandwidth
+efficiency grows with message size: eff(S) = S / (S + S_half).
 
 Group placement follows Megatron-core's rank order (tp, cp, [ep], dp, pp from fastest varying): a
 group of `size` ranks with `stride` between members puts min(size, gpus_per_node // stride) of them in

@@ -74,7 +74,6 @@ class SystemSpec:
     """Scale-out bandwidth per GPU, Gb/s."""
     scale_up_latency_us: float = 3.0
     nic_latency_us: float = 8.0
-    rail_optimized: bool = True
     name: str = ""
 
     @property
