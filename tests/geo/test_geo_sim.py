@@ -6,6 +6,7 @@ import pytest
 
 from paraplan.api import project
 from paraplan.geo import build_geo_system, parse_geo_config, simulate_geo
+from paraplan.geo.config import TrainingConfig
 from paraplan.geo.placements import pp_plan
 from paraplan.geo.plan import GeoPlan, PipelineGroup
 from paraplan.geo.stages import StageCost, TrainSetup
@@ -78,7 +79,16 @@ def test_one_datacenter_agrees_with_the_core_projection(model, tp, pipelines, pp
     dcs = [{"name": "a", "gpu": "h100-sxm5-80gb", "gpus": gpus}]
     cfg = parse_geo_config({"model": model, "training": {"gbs": gbs}, "datacenters": dcs})
     geo = build_geo_system(cfg)
-    plan = pp_plan(TrainSetup(model_preset(model), 4096, 1, gbs), geo, ["a"], tp, pipelines, 1, "temporal", "atlas")
+    plan = pp_plan(
+        TrainSetup(model_preset(model), TrainingConfig(gbs=gbs).to_spec()),
+        geo,
+        ["a"],
+        tp,
+        pipelines,
+        1,
+        "temporal",
+        "atlas",
+    )
     layout = tuple(s.num_layers for s in plan.groups[0].stages)
     core = project(
         model, "h100-sxm5-80gb", gpus, tp=tp, pp=pp, dp=pipelines, gbs=gbs, seq=4096, sp=True,

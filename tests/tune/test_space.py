@@ -1,5 +1,4 @@
 import random
-from dataclasses import replace
 
 import pytest
 
@@ -64,7 +63,7 @@ def test_overlap_flags_never_hurt(dense_problem, moe_problem) -> None:
             for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
                 if not getattr(c, flag):
                     continue
-                off = project_specs(problem.model, system, to_training(problem, replace(c, **{flag: False})))
+                off = project_specs(problem.model, system, to_training(problem, c.with_axes(**{flag: False})))
                 assert on.step_time_s <= off.step_time_s * (1 + 1e-12), (c.describe(), flag)
                 assert on.memory.peak_gib <= off.memory.peak_gib + 1e-9
                 checked += 1
@@ -101,7 +100,7 @@ def test_distributed_optimizer_dominates_ddp(dense_problem, moe_problem) -> None
                 continue
             sharded = project_specs(problem.model, system, to_training(problem, c))
             ddp = project_specs(
-                problem.model, system, to_training(problem, space.normalize(replace(c, sharding="ddp")))
+                problem.model, system, to_training(problem, space.normalize(c.with_axes(sharding="ddp")))
             )
             assert sharded.step_time_s <= ddp.step_time_s * (1 + 1e-12), c.describe()
             assert sharded.memory.peak_gib <= ddp.memory.peak_gib + 1e-9
@@ -122,7 +121,7 @@ def test_sequence_parallel_dominates_plain_tp(dense_problem, moe_problem) -> Non
             if layout_problems(problem.model, system, to_training(problem, c)):
                 continue
             with_sp = project_specs(problem.model, system, to_training(problem, c))
-            plain = project_specs(problem.model, system, to_training(problem, space.normalize(replace(c, sp=False))))
+            plain = project_specs(problem.model, system, to_training(problem, space.normalize(c.with_axes(sp=False))))
             assert with_sp.step_time_s <= plain.step_time_s * (1 + 1e-12), c.describe()
             assert with_sp.memory.peak_gib <= plain.memory.peak_gib + 1e-9
             checked += 1

@@ -25,6 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from paraplan.errors import ConfigError
 from paraplan.geo.wan import DEFAULT_MSS_BYTES
 from paraplan.specs.schedule import DEFAULT_SCHEDULE, SCHEDULES
+from paraplan.specs.training import TrainingSpec
+
+GEO_TRAINING_FIELDS = {"schedule": "pipeline_schedule", "distributed_optimizer": "use_distributed_optimizer"}
+"""The `training:` names that are not `TrainingSpec` fields or aliases -> the field (the rest are, `ALIASES`)."""
 
 GEO_SCHEDULES = tuple(name for name, s in SCHEDULES.items() if s.chunks == 1 and not s.split_backward)
 """Schedules with one model chunk per rank (each datacenter then holds one contiguous run of stages) and the
@@ -69,6 +73,9 @@ class WanLinkConfig(_Strict):
 
 
 class TrainingConfig(_Strict):
+    """The `training:` section: short names (`seq mbs gbs recompute sp` are `TrainingSpec` aliases; `schedule` and
+    `distributed_optimizer` are this file's, `GEO_TRAINING_FIELDS`). `to_spec` is the only reader of it."""
+
     seq: int = Field(default=4096, gt=0)
     mbs: int = Field(default=1, gt=0)
     gbs: int = Field(gt=0)
@@ -96,6 +103,11 @@ class TrainingConfig(_Strict):
         if value not in PRECISIONS:
             raise ValueError(f"unknown precision; choose one of {', '.join(PRECISIONS)}")
         return value
+
+    def to_spec(self) -> TrainingSpec:
+        """The core's training spec these settings make (tp, pp and dp are each placement's)."""
+        values = self.model_dump()
+        return TrainingSpec().with_values(**{GEO_TRAINING_FIELDS.get(k, k): v for k, v in values.items()})
 
 
 class PlacementConfig(_Strict):

@@ -168,7 +168,8 @@ def plan_memory(plan: GeoPlan, setup: TrainSetup, geo: GeoSystem) -> tuple[Stage
     systems = {dc.name: dc.system for dc in geo.datacenters}
     out: list[StageMemory] = []
     for g in plan.groups:
-        share = replace(setup, gbs=plan.microbatches * setup.mbs * g.count)  # this group's part of the batch
+        # this group's part of the batch
+        share = replace(setup, train=replace(setup.train, global_batch_size=plan.microbatches * setup.mbs * g.count))
         out += stage_memory(share, g.stages, systems, plan.tp, g.count)
     return tuple(out)
 

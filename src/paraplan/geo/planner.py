@@ -43,19 +43,7 @@ def _resolve_model(name: str, field: str, where: str) -> ModelSpec:
 
 
 def setup_from_config(cfg: GeoConfig, where: str = "config") -> TrainSetup:
-    t = cfg.training
-    return TrainSetup(
-        model=_resolve_model(cfg.model, "model", where),
-        seq=t.seq,
-        mbs=t.mbs,
-        gbs=t.gbs,
-        recompute=t.recompute,
-        precision=t.precision,
-        schedule=t.schedule,
-        distributed_optimizer=t.distributed_optimizer,
-        sequence_parallel=t.sequence_parallel,
-        framework=t.framework,
-    )
+    return TrainSetup(model=_resolve_model(cfg.model, "model", where), train=cfg.training.to_spec())
 
 
 def _precision_problems(setup: TrainSetup, geo: GeoSystem, where: str) -> list[str]:

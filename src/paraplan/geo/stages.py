@@ -21,7 +21,6 @@ from paraplan.graph.ops import CommKind
 from paraplan.memory.model import GIB
 from paraplan.projection import block_context, project_specs
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.schedule import DEFAULT_SCHEDULE
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 
@@ -32,18 +31,44 @@ default fp32 reduction; generous to that baseline)."""
 
 @dataclass(frozen=True, slots=True)
 class TrainSetup:
-    """What is fixed for every placement: the model and the batch."""
+    """What is fixed for every placement: the model and the training settings (batch, recompute, precision,
+    schedule, sharding, framework) as the core's `TrainingSpec`; each placement sets tp, pp and dp (`spec`).
+    The short names below are read-only views of `train`."""
 
     model: ModelSpec
-    seq: int
-    mbs: int
-    gbs: int
-    recompute: str = "none"
-    precision: str = "bf16"
-    schedule: str = DEFAULT_SCHEDULE
-    distributed_optimizer: bool = True
-    sequence_parallel: bool = True
-    framework: str = "megatron-lm"
+    train: TrainingSpec
+
+    @property
+    def seq(self) -> int:
+        return self.train.seq_length
+
+    @property
+    def mbs(self) -> int:
+        return self.train.micro_batch_size
+
+    @property
+    def gbs(self) -> int:
+        return self.train.global_batch_size
+
+    @property
+    def recompute(self) -> str:
+        return self.train.recompute_granularity
+
+    @property
+    def precision(self) -> str:
+        return self.train.precision
+
+    @property
+    def schedule(self) -> str:
+        return self.train.pipeline_schedule
+
+    @property
+    def framework(self) -> str:
+        return self.train.framework
+
+    @property
+    def distributed_optimizer(self) -> bool:
+        return self.train.use_distributed_optimizer
 
     @property
     def samples(self) -> int:
@@ -55,20 +80,14 @@ class TrainSetup:
         return self.gbs * self.seq
 
     def spec(self, tp: int, pp: int, dp: int, layout: tuple[int, ...] | None = None) -> TrainingSpec:
-        return TrainingSpec(
+        """The training spec of one placement: sequence parallelism wherever tp > 1 (when the setup asks for it)."""
+        return replace(
+            self.train,
             tensor_model_parallel_size=tp,
             pipeline_model_parallel_size=pp,
             data_parallel_size=dp,
-            micro_batch_size=self.mbs,
-            global_batch_size=self.gbs,
-            seq_length=self.seq,
-            sequence_parallel=self.sequence_parallel and tp > 1,
-            recompute_granularity=self.recompute,  # type: ignore[arg-type]
-            use_distributed_optimizer=self.distributed_optimizer,
-            precision=self.precision,
-            pipeline_schedule=self.schedule,
+            sequence_parallel=self.train.sequence_parallel and tp > 1,
             pipeline_layout=layout,
-            framework=self.framework,
         )
 
 

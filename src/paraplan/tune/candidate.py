@@ -1,6 +1,8 @@
 """One point of the search space and the tuning problem it belongs to.
 
-A `Candidate` holds the values of every searched axis; data parallelism is derived (dp = GPUs / (tp*pp*cp)).
+A `Candidate` holds the GPU count and the values of every searched axis, in a `TrainingSpec` under the core's
+names; the tuner's short names are views of it (`AXIS_FIELDS`); data parallelism is derived (dp = GPUs /
+(tp*pp*cp)).
 `TuneProblem` holds what the user fixed: the model, the cluster (one or several GPU counts), the global
 batch and the sequence length, and the training settings that are not searched (framework, attention
 backend). `to_training` turns the pair into the core's `TrainingSpec`, the only thing the projection sees.
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.schedule import schedule as schedule_named
@@ -30,28 +32,159 @@ SHARDING_ALIASES = {
 }
 
 
+AXIS_FIELDS: dict[str, str] = {
+    "precision": "precision",
+    "tp": "tensor_model_parallel_size",
+    "cp": "context_parallel_size",
+    "pp": "pipeline_model_parallel_size",
+    "vpp": "virtual_pipeline_model_parallel_size",
+    "schedule": "pipeline_schedule",
+    "ep": "expert_model_parallel_size",
+    "etp": "expert_tensor_parallel_size",
+    "mbs": "micro_batch_size",
+    "sp": "sequence_parallel",
+    "recompute": "recompute_granularity",
+    "recompute_layers": "recompute_num_layers",
+    "overlap_grad_reduce": "overlap_grad_reduce",
+    "overlap_param_gather": "overlap_param_gather",
+    "tp_comm_overlap": "tp_comm_overlap",
+    "ep_overlap": "moe_ep_overlap",
+}
+"""The tuner's name of each searched axis (what it shows, what `--fix` and candidate files take) -> the
+`TrainingSpec` field that holds it. `sharding` is the one axis that spans three fields (`SHARDING_SETTINGS`)."""
+
+SHARDING_SETTINGS: dict[str, dict[str, object]] = {
+    "ddp": {"use_distributed_optimizer": False, "zero_stage": 0, "fsdp": False},
+    "dist_opt": {"use_distributed_optimizer": True, "zero_stage": 0, "fsdp": False},
+    "zero2": {"use_distributed_optimizer": False, "zero_stage": 2, "fsdp": False},
+    "fsdp": {"use_distributed_optimizer": False, "zero_stage": 0, "fsdp": True},
+}
+"""Each sharding choice as the TrainingSpec settings that make it."""
+
+SEARCHED_FIELDS: tuple[str, ...] = (*AXIS_FIELDS.values(), "use_distributed_optimizer", "zero_stage", "fsdp")
+"""The TrainingSpec fields a candidate sets; every other field comes from the problem (`to_training`)."""
+
+CANDIDATE_AXES: tuple[str, ...] = (
+    "num_gpus", "precision", "tp", "cp", "pp", "vpp", "schedule", "ep", "etp", "mbs", "sp", "sharding", "recompute",
+    "recompute_layers", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "ep_overlap",
+)  # fmt: skip
+"""The axes in the order the tuner shows, sorts, keys and stores them."""
+
+
+def sharding_of(train: TrainingSpec) -> str:
+    """The sharding choice a training spec makes (ZeRO-1 is the distributed optimizer, ZeRO-3 FSDP)."""
+    if train.fsdp or train.zero_stage >= 3:
+        return "fsdp"
+    if train.zero_stage == 2:
+        return "zero2"
+    if train.use_distributed_optimizer or train.zero_stage == 1:
+        return "dist_opt"
+    return "ddp"
+
+
+def _searched_values(axes: dict[str, object]) -> dict[str, object]:
+    """Tuner axis names -> TrainingSpec field values; an unknown axis is an error, not dropped."""
+    unknown = set(axes) - set(AXIS_FIELDS) - {"sharding"}
+    if unknown:
+        raise TypeError(f"not a candidate axis: {', '.join(sorted(unknown))}")
+    values = {AXIS_FIELDS[k]: v for k, v in axes.items() if k != "sharding"}
+    if "sharding" in axes:
+        values |= SHARDING_SETTINGS[str(axes["sharding"])]
+    return values
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """The searched axes of one configuration. Flags that do not apply (SP at tp=1, ...) are kept False."""
+    """One point of the search: a GPU count and the searched training settings, held in a `TrainingSpec` under
+    the core's names (its other fields stay at their defaults: `to_training` takes them from the problem). The
+    tuner's short names (tp, sp, sharding, recompute_layers, ep_overlap, ...) are read-only views of it
+    (`AXIS_FIELDS`). Flags that do not apply (SP at tp=1, ...) are kept False."""
 
     num_gpus: int
-    precision: str
-    tp: int
-    cp: int
-    pp: int
-    vpp: int
-    schedule: str
-    ep: int
-    etp: int
-    mbs: int
-    sp: bool
-    sharding: str
-    recompute: str  # none | selective | full
-    recompute_layers: int | None  # with full: layers per model chunk recomputed (block method); None = all
-    overlap_grad_reduce: bool
-    overlap_param_gather: bool
-    tp_comm_overlap: bool
-    ep_overlap: bool
+    train: TrainingSpec
+
+    @classmethod
+    def of(cls, num_gpus: int, **axes: object) -> Candidate:
+        """A candidate from every axis but num_gpus, by the tuner's names (`CANDIDATE_AXES`)."""
+        missing = set(CANDIDATE_AXES) - {"num_gpus"} - set(axes)
+        if missing:
+            raise TypeError(f"missing candidate axes: {', '.join(sorted(missing))}")
+        return cls(num_gpus, replace(TrainingSpec(), **_searched_values(axes)))
+
+    def with_axes(self, **axes: object) -> Candidate:
+        """This candidate with some axes changed (tuner names; num_gpus too)."""
+        num_gpus = int(axes.pop("num_gpus", self.num_gpus))  # type: ignore[call-overload]
+        return Candidate(num_gpus, replace(self.train, **_searched_values(axes)))
+
+    # ------------------------------------------------------------------ the tuner's names
+    @property
+    def precision(self) -> str:
+        return self.train.precision
+
+    @property
+    def tp(self) -> int:
+        return self.train.tensor_model_parallel_size
+
+    @property
+    def cp(self) -> int:
+        return self.train.context_parallel_size
+
+    @property
+    def pp(self) -> int:
+        return self.train.pipeline_model_parallel_size
+
+    @property
+    def vpp(self) -> int:
+        return self.train.virtual_pipeline_model_parallel_size
+
+    @property
+    def schedule(self) -> str:
+        return self.train.pipeline_schedule
+
+    @property
+    def ep(self) -> int:
+        return self.train.expert_model_parallel_size
+
+    @property
+    def etp(self) -> int:
+        return self.train.etp
+
+    @property
+    def mbs(self) -> int:
+        return self.train.micro_batch_size
+
+    @property
+    def sp(self) -> bool:
+        return self.train.sequence_parallel
+
+    @property
+    def sharding(self) -> str:
+        return sharding_of(self.train)
+
+    @property
+    def recompute(self) -> str:
+        return self.train.recompute_granularity
+
+    @property
+    def recompute_layers(self) -> int | None:
+        """With full recompute: layers per model chunk recomputed (block method); None = all."""
+        return self.train.recompute_num_layers
+
+    @property
+    def overlap_grad_reduce(self) -> bool:
+        return self.train.overlap_grad_reduce
+
+    @property
+    def overlap_param_gather(self) -> bool:
+        return self.train.overlap_param_gather
+
+    @property
+    def tp_comm_overlap(self) -> bool:
+        return self.train.tp_comm_overlap
+
+    @property
+    def ep_overlap(self) -> bool:
+        return self.train.moe_ep_overlap
 
     @property
     def dp(self) -> int:
@@ -69,23 +202,17 @@ class Candidate:
 
     def structure(self) -> Candidate:
         """The group key: everything but recompute (recompute variants are evaluated as a chain)."""
-        return replace(self, recompute="none", recompute_layers=None)
+        return self.with_axes(recompute="none", recompute_layers=None)
 
     def key(self) -> str:
         """A short stable text key (persistence, de-duplication across processes and runs)."""
         return "|".join(map(str, self.values()))
 
     def values(self) -> tuple:
-        return (
-            self.num_gpus, self.precision, self.tp, self.cp, self.pp, self.vpp, self.schedule, self.ep, self.etp,
-            self.mbs, self.sp, self.sharding, self.recompute, self.recompute_layers, self.overlap_grad_reduce,
-            self.overlap_param_gather, self.tp_comm_overlap, self.ep_overlap,
-        )  # fmt: skip
+        return tuple(getattr(self, axis) for axis in CANDIDATE_AXES)
 
     def to_dict(self) -> dict[str, object]:
-        out = asdict(self)
-        out["dp"] = self.dp
-        return out
+        return {**dict(zip(CANDIDATE_AXES, self.values(), strict=True)), "dp": self.dp}
 
     def describe(self) -> str:
         parts = [f"tp{self.tp}", f"pp{self.pp}"]
@@ -160,31 +287,15 @@ def pipeline_split(model: ModelSpec, stages: int) -> dict[str, object] | None:
 
 
 def to_training(problem: TuneProblem, c: Candidate) -> TrainingSpec:
-    """The core's training spec for a candidate (dp given explicitly, the pipeline split chosen here)."""
+    """The core's training spec for a candidate: its searched fields over the problem's fixed settings, dp
+    given explicitly, the pipeline split chosen here."""
     split = pipeline_split(problem.model, model_stages(c.schedule, c.pp, c.vpp)) or {}
     values: dict[str, object] = {
-        "tensor_model_parallel_size": c.tp,
-        "pipeline_model_parallel_size": c.pp,
-        "virtual_pipeline_model_parallel_size": c.vpp,
-        "context_parallel_size": c.cp,
-        "expert_model_parallel_size": c.ep,
+        **{name: getattr(c.train, name) for name in SEARCHED_FIELDS},
         "expert_tensor_parallel_size": c.etp if problem.model.is_moe else None,
         "data_parallel_size": c.dp,
-        "micro_batch_size": c.mbs,
         "global_batch_size": problem.gbs,
         "seq_length": problem.seq,
-        "sequence_parallel": c.sp,
-        "recompute_granularity": c.recompute,
-        "recompute_num_layers": c.recompute_layers,
-        "use_distributed_optimizer": c.sharding == "dist_opt",
-        "zero_stage": {"ddp": 0, "dist_opt": 0, "zero2": 2, "fsdp": 0}[c.sharding],
-        "fsdp": c.sharding == "fsdp",
-        "overlap_grad_reduce": c.overlap_grad_reduce,
-        "overlap_param_gather": c.overlap_param_gather,
-        "tp_comm_overlap": c.tp_comm_overlap,
-        "moe_ep_overlap": c.ep_overlap,
-        "precision": c.precision,
-        "pipeline_schedule": c.schedule,
         "account_for_embedding_in_pipeline_split": False,
         "account_for_loss_in_pipeline_split": False,
         "pipeline_layout": None,
@@ -197,33 +308,8 @@ def to_training(problem: TuneProblem, c: Candidate) -> TrainingSpec:
 
 def from_training(problem: TuneProblem, train: TrainingSpec, num_gpus: int) -> Candidate:
     """The candidate that a given training spec is (the `--candidates` mode)."""
-    if train.fsdp or train.zero_stage >= 3:
-        sharding = "fsdp"
-    elif train.zero_stage == 2:
-        sharding = "zero2"
-    elif train.use_distributed_optimizer or train.zero_stage == 1:
-        sharding = "dist_opt"
-    else:
-        sharding = "ddp"
     tp, pp, cp = train.tp, train.pp, train.cp
     dp = train.data_parallel_size or max(1, num_gpus // (tp * pp * cp))
-    return Candidate(
-        num_gpus=tp * pp * cp * dp,
-        precision=train.precision,
-        tp=tp,
-        cp=cp,
-        pp=pp,
-        vpp=train.vpp,
-        schedule=train.pipeline_schedule,
-        ep=train.ep,
-        etp=train.etp,
-        mbs=train.mbs,
-        sp=train.sequence_parallel,
-        sharding=sharding,
-        recompute=train.recompute_granularity,
-        recompute_layers=train.recompute_num_layers,
-        overlap_grad_reduce=train.overlap_grad_reduce,
-        overlap_param_gather=train.overlap_param_gather,
-        tp_comm_overlap=train.tp_comm_overlap,
-        ep_overlap=train.moe_ep_overlap,
-    )
+    searched = {name: getattr(train, name) for name in SEARCHED_FIELDS}
+    searched |= {"expert_tensor_parallel_size": train.etp, **SHARDING_SETTINGS[sharding_of(train)]}
+    return Candidate(tp * pp * cp * dp, replace(TrainingSpec(), **searched))

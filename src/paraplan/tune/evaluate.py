@@ -191,7 +191,7 @@ class Evaluator:
                 report.dominated += 1
                 continue
             mode, layers = option
-            c = base if mode == "none" else replace(base, recompute=mode, recompute_layers=layers)
+            c = base if mode == "none" else base.with_axes(recompute=mode, recompute_layers=layers)
             evaluation = self._cache.get(c)
             if evaluation is None:
                 if memory.peak_bytes(mode, layers) > limit:

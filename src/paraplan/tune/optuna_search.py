@@ -135,7 +135,7 @@ class OptunaSearch:
         recompute, layers = _recompute_of(str(params.get("recompute", "none")))
         tp = int(params["tp"])  # type: ignore[call-overload]
         etp = int(params["etp"]) or tp  # type: ignore[call-overload]
-        c = Candidate(
+        c = Candidate.of(
             num_gpus=int(params["num_gpus"]),  # type: ignore[call-overload]
             precision=str(params["precision"]),
             tp=tp,

@@ -9,7 +9,6 @@ changes nothing (at most `max_passes`). It gives the search a good incumbent in 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from paraplan.specs.schedule import DEFAULT_SCHEDULE
 from paraplan.tune.candidate import Candidate
@@ -41,7 +40,7 @@ Score = Callable[[Evaluation], float]
 def _base(space: SearchSpace, tp: int, pp: int, cp: int, recompute: str, num_gpus: int) -> Candidate:
     shardings = space.sharding_values()
     return space.normalize(
-        Candidate(
+        Candidate.of(
             num_gpus=num_gpus,
             precision=space.precision_values()[0],
             tp=tp,
@@ -121,7 +120,7 @@ def seed_plan(
                     best_eval, current, changed = evaluation, c, True
             if best_eval is not None and not best_eval.fits:
                 # nothing fits yet: move toward memory savings before judging speed
-                current = replace(current, recompute="full", recompute_layers=None)
+                current = current.with_axes(recompute="full", recompute_layers=None)
         if not changed:
             break
     return evaluations, report

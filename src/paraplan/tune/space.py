@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from paraplan.errors import ConfigError
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
@@ -252,9 +252,8 @@ class SearchSpace:
     def normalize(self, c: Candidate) -> Candidate:
         """Flags that do not apply are False, so equivalent points are one point."""
         if c.recompute == "full" and c.recompute_layers is not None and c.recompute_layers >= self.layers_per_chunk(c):
-            c = replace(c, recompute_layers=None)
-        return replace(
-            c,
+            c = c.with_axes(recompute_layers=None)
+        return c.with_axes(
             sp=c.sp and c.tp > 1,
             overlap_param_gather=c.overlap_param_gather and c.sharding in ("dist_opt", "zero2"),
             overlap_grad_reduce=c.overlap_grad_reduce and c.sharding != "fsdp" and c.dp * c.cp > 1,
@@ -329,7 +328,7 @@ class SearchSpace:
                 self.flag_values("tp_comm_overlap", tp > 1 and sp),
                 self.flag_values("ep_overlap", ep > 1),
             ):
-                yield Candidate(
+                yield Candidate.of(
                     num_gpus=num_gpus,
                     precision=precision,
                     tp=tp,
@@ -371,7 +370,9 @@ class SearchSpace:
         return options
 
     def recompute_chain(self, base: Candidate) -> list[Candidate]:
-        return [replace(base, recompute=mode, recompute_layers=layers) for mode, layers in self.recompute_options(base)]
+        return [
+            base.with_axes(recompute=mode, recompute_layers=layers) for mode, layers in self.recompute_options(base)
+        ]
 
     def axis_values(self, axis: str, around: Candidate) -> list[object]:
         """Values of one axis with the others held at `around` (the seed planner's line search)."""
@@ -405,14 +406,14 @@ class SearchSpace:
     def with_axis(self, c: Candidate, axis: str, value: object) -> Candidate:
         if axis == "pipeline":
             pp, schedule, vpp = value  # type: ignore[misc]
-            return replace(c, pp=pp, schedule=schedule, vpp=vpp)
+            return c.with_axes(pp=pp, schedule=schedule, vpp=vpp)
         if axis == "recompute":
             mode, layers = value  # type: ignore[misc]
-            return replace(c, recompute=mode, recompute_layers=layers)
+            return c.with_axes(recompute=mode, recompute_layers=layers)
         if axis == "tp":
             etp = value if not self.problem.model.is_moe else min(c.etp, int(value))  # type: ignore[call-overload]
-            return replace(c, tp=value, etp=etp)
-        return replace(c, **{axis: value})
+            return c.with_axes(tp=value, etp=etp)
+        return c.with_axes(**{axis: value})
 
     def admits(self, c: Candidate) -> bool:
         """Whether a point lies inside the user's constraints (LLM proposals, `--candidates`)."""
@@ -467,7 +468,7 @@ class SearchSpace:
         sp = bool(parsed.get("sp", tp > 1))
         sharding = str(parsed.get("sharding", "dist_opt"))
         ep = int(parsed.get("ep", 1))  # type: ignore[call-overload]
-        c = Candidate(
+        c = Candidate.of(
             num_gpus=gpus,
             precision=str(parsed.get("precision", self.precision_values()[0])),
             tp=tp,

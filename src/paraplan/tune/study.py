@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import fields
 from pathlib import Path
 
 from paraplan.errors import ConfigError
-from paraplan.tune.candidate import Candidate
+from paraplan.tune.candidate import CANDIDATE_AXES, Candidate
 from paraplan.tune.evaluate import Evaluation
 
 _SCHEMA = """
@@ -23,7 +22,7 @@ CREATE TABLE IF NOT EXISTS paraplan_evaluation (
     PRIMARY KEY (problem, candidate));
 CREATE TABLE IF NOT EXISTS paraplan_group_done (problem TEXT, grp TEXT, PRIMARY KEY (problem, grp));
 """
-_CANDIDATE_FIELDS = tuple(f.name for f in fields(Candidate))
+_CANDIDATE_FIELDS = CANDIDATE_AXES
 
 
 class Study:
@@ -50,7 +49,7 @@ class Study:
         evaluations = []
         for config, source, step, tps, mfu, peak, fits in rows:
             values = json.loads(config)
-            candidate = Candidate(**{k: values[k] for k in _CANDIDATE_FIELDS})
+            candidate = Candidate.of(**{k: values[k] for k in _CANDIDATE_FIELDS})
             evaluations.append(Evaluation(candidate, step, tps, mfu, peak, bool(fits), source))
         done = {
             g for (g,) in self._db.execute("SELECT grp FROM paraplan_group_done WHERE problem = ?", (self.problem,))
