@@ -29,6 +29,7 @@ from paraplan.cli.formats import (
     training_with_config,
 )
 from paraplan.cli.printers import print_memory, print_projection, write_trace
+from paraplan.cli.spec_options import MODEL_OPTIONS, SYSTEM_OPTIONS, TRAINING_OPTIONS, spec_values
 from paraplan.errors import ConfigError
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
@@ -145,77 +146,10 @@ def _projection_command(
     reports.check(html, png)
     cfg = read_config_options(megatron_args, from_config, config_format, gpus, model)
     print_notes(cfg)
-    model_spec = model_with_config(
-        cfg,
-        model,
-        dict(
-            num_layers=num_layers,
-            hidden_size=hidden_size,
-            ffn_hidden_size=ffn_hidden_size,
-            num_attention_heads=num_attention_heads,
-            num_query_groups=num_query_groups,
-            kv_channels=kv_channels,
-            vocab_size=vocab_size,
-            num_experts=num_experts,
-            moe_ffn_hidden_size=moe_ffn_hidden_size,
-            moe_router_topk=moe_router_topk,
-            activation=activation,
-            norm=norm,
-        ),
-    )
-    system = system_with_config(
-        cfg,
-        gpu,
-        gpus,
-        system_file,
-        dict(
-            gpus_per_node=gpus_per_node,
-            nic_gbps=nic_gbps,
-            scale_up_gbps=scale_up_gbps,
-            hbm_gib=hbm_gib,
-            hbm_tbps=hbm_tbps,
-            bf16_tflops=bf16_tflops,
-        ),
-    )
-    train = training_with_config(
-        cfg,
-        config_file,
-        dict(
-            tp=tp,
-            pp=pp,
-            vpp=vpp,
-            cp=cp,
-            ep=ep,
-            etp=etp,
-            dp=dp,
-            mbs=mbs,
-            gbs=gbs,
-            seq=seq,
-            recompute=recompute,
-            recompute_num_layers=recompute_num_layers,
-            sequence_parallel=sequence_parallel,
-            use_distributed_optimizer=distributed_optimizer,
-            zero=zero,
-            fsdp=fsdp,
-            overlap_grad_reduce=overlap_grad_reduce,
-            overlap_param_gather=overlap_param_gather,
-            tp_comm_overlap=tp_comm_overlap,
-            tp_async_backward=tp_async_backward,
-            moe_ep_overlap=ep_overlap,
-            moe_token_dispatcher_type=moe_dispatcher,
-            precision=precision,
-            pipeline_schedule=schedule,
-            attention_backend=attention_backend,
-            kernel_fusion=kernel_fusion,
-            cross_entropy_fusion=cross_entropy_fusion,
-            decoder_first_pipeline_num_layers=first_stage_layers,
-            decoder_last_pipeline_num_layers=last_stage_layers,
-            pipeline_layout=pipeline_layout,
-            account_for_embedding_in_pipeline_split=account_embedding,
-            account_for_loss_in_pipeline_split=account_loss,
-            framework=framework,
-        ),
-    )
+    params = ctx.params  # every option by parameter name; the tables say which spec field each one sets
+    model_spec = model_with_config(cfg, model, spec_values(params, MODEL_OPTIONS))
+    system = system_with_config(cfg, gpu, gpus, system_file, spec_values(params, SYSTEM_OPTIONS))
+    train = training_with_config(cfg, config_file, spec_values(params, TRAINING_OPTIONS))
     if vpp and vpp > 1 and schedule is None and train.pipeline_schedule == megatron_schedule(1).name:
         train = train.with_values(pipeline_schedule=megatron_schedule(vpp).name)  # as Megatron-LM picks it
     timer = _profile_timer(profile, system.gpu.name, analytic)

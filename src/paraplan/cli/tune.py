@@ -23,6 +23,7 @@ from paraplan.cli.common import (
     handle_errors,
     model_from_options,
 )
+from paraplan.cli.spec_options import TRAINING_OPTIONS, spec_values
 from paraplan.cost.calibration import fitted_table
 from paraplan.errors import ConfigError
 from paraplan.projection import project_specs
@@ -188,13 +189,14 @@ def tune_command(
     assert gbs is not None and seq is not None
     model_spec = model_from_options(model, {})
     systems = _systems(gpu, _gpu_counts(gpus), system_file, {"gpus_per_node": gpus_per_node, "nic_gbps": nic_gbps})
-    base = TrainingSpec().with_values(
+    fixed = dict(
         framework=framework,
         attention_backend=attention_backend,
         kernel_fusion=kernel_fusion,
         cross_entropy_fusion=cross_entropy_fusion,
-        moe_token_dispatcher_type=moe_dispatcher,
+        moe_dispatcher=moe_dispatcher,
     )
+    base = TrainingSpec().with_values(**spec_values(fixed, TRAINING_OPTIONS))  # the settings tune does not search
     base_problems = setting_problems(base)  # else every candidate is illegal and the search finds "nothing fits"
     if base_problems:
         raise ConfigError(base_problems)

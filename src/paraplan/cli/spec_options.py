@@ -1,0 +1,81 @@
+"""Which command-line option sets which spec field: one table per spec, read by every command that builds specs,
+so an option cannot be packed under the wrong name (a test checks that every target is a field and that every
+option of `paraplan project` is either in a table or declared as not a spec setting)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+TRAINING_OPTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "tp": "tensor_model_parallel_size",
+        "pp": "pipeline_model_parallel_size",
+        "vpp": "virtual_pipeline_model_parallel_size",
+        "cp": "context_parallel_size",
+        "ep": "expert_model_parallel_size",
+        "etp": "expert_tensor_parallel_size",
+        "dp": "data_parallel_size",
+        "mbs": "micro_batch_size",
+        "gbs": "global_batch_size",
+        "seq": "seq_length",
+        "recompute": "recompute_granularity",
+        "recompute_num_layers": "recompute_num_layers",
+        "sequence_parallel": "sequence_parallel",
+        "distributed_optimizer": "use_distributed_optimizer",
+        "zero": "zero_stage",
+        "fsdp": "fsdp",
+        "overlap_grad_reduce": "overlap_grad_reduce",
+        "overlap_param_gather": "overlap_param_gather",
+        "tp_comm_overlap": "tp_comm_overlap",
+        "tp_async_backward": "tp_async_backward",
+        "ep_overlap": "moe_ep_overlap",
+        "moe_dispatcher": "moe_token_dispatcher_type",
+        "precision": "precision",
+        "schedule": "pipeline_schedule",
+        "attention_backend": "attention_backend",
+        "kernel_fusion": "kernel_fusion",
+        "cross_entropy_fusion": "cross_entropy_fusion",
+        "first_stage_layers": "decoder_first_pipeline_num_layers",
+        "last_stage_layers": "decoder_last_pipeline_num_layers",
+        "pipeline_layout": "pipeline_layout",
+        "account_embedding": "account_for_embedding_in_pipeline_split",
+        "account_loss": "account_for_loss_in_pipeline_split",
+        "framework": "framework",
+    }
+)
+"""Command parameter -> `TrainingSpec` field."""
+
+MODEL_OPTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        name: name
+        for name in (
+            "num_layers",
+            "hidden_size",
+            "ffn_hidden_size",
+            "num_attention_heads",
+            "num_query_groups",
+            "kv_channels",
+            "vocab_size",
+            "num_experts",
+            "moe_ffn_hidden_size",
+            "moe_router_topk",
+            "activation",
+            "norm",
+        )  # fmt: skip
+    }
+)
+"""Command parameter -> `ModelSpec` field."""
+
+SYSTEM_OPTIONS: Mapping[str, str] = MappingProxyType(
+    {name: name for name in ("gpus_per_node", "nic_gbps", "scale_up_gbps", "hbm_gib", "hbm_tbps", "bf16_tflops")}
+)
+"""Command parameter -> `SystemSpec` or `GpuSpec` field."""
+
+
+def spec_values(
+    params: Mapping[str, object], table: Mapping[str, str], only: tuple[str, ...] | None = None
+) -> dict[str, object]:
+    """The spec fields that a command's parameters set, by `table` (restricted to the parameters in `only`)."""
+    names = table if only is None else only
+    return {table[name]: params[name] for name in names if name in params}
