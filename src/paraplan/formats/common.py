@@ -274,8 +274,9 @@ def model_from_fields(
     values = {**defaults, **{k: v for k, v in explicit.items() if v is not None}}
     values.setdefault("ffn_hidden_size", 4 * values["hidden_size"])
     try:
-        return ModelSpec(name=name, source=source, **{k: v for k, v in values.items() if k in MODEL_FIELDS})
-    except TypeError as exc:  # a field of the wrong kind slipped through
+        # name and source are this reader's; any other key that is not a ModelSpec field is a TypeError, reported
+        return ModelSpec(name=name, source=source, **{k: v for k, v in values.items() if k not in ("name", "source")})
+    except TypeError as exc:  # a field of the wrong kind, or an unknown one, slipped through
         problems.add(f"cannot build the model: {exc}")
         return None
 
