@@ -114,3 +114,12 @@ def test_one_datacenter_agrees_with_the_core_pipeline_simulator(schedule, p, m):
     group = replace(plan.groups[0], stages=tuple(replace(s, p2p_intra_s=0.003) for s in plan.groups[0].stages))
     ours = simulate_geo(replace(plan, schedule=schedule, groups=(group,)), GEO)
     assert ours.step_time_s == pytest.approx(core.step_time_s, rel=1e-12)
+
+
+def test_training_section_is_a_training_spec() -> None:
+    """geo's `training:` names become the core's fields in one place (TrainingConfig.to_spec)."""
+    spec = TrainingConfig(gbs=64, mbs=2, seq=2048, schedule="gpipe", distributed_optimizer=False).to_spec()
+    assert (spec.global_batch_size, spec.micro_batch_size, spec.seq_length) == (64, 2, 2048)
+    assert spec.pipeline_schedule == "gpipe" and not spec.use_distributed_optimizer and spec.sequence_parallel
+    setup = TrainSetup(model_preset("llama3.1-8b"), spec)
+    assert not setup.spec(1, 2, 4).sequence_parallel and setup.spec(2, 2, 4).tp == 2

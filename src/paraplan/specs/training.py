@@ -221,8 +221,7 @@ class TrainingSpec:
     def with_values(self, **values: object) -> TrainingSpec:
         """Replace fields given by canonical or short name (`ALIASES`); None values are ignored. A name that is
         neither is a ConfigError (with the closest valid name), never dropped."""
-        reject_unknown_names((k for k in values if ALIASES.get(k, k) not in TRAINING_FIELD_NAMES), SETTING_NAMES,
-                             "training setting")  # fmt: skip
+        reject_unknown_names(values, SETTING_NAMES, "training setting")
         canonical = {ALIASES.get(k, k): v for k, v in values.items() if v is not None}
         return replace(self, **canonical)
 
