@@ -28,7 +28,7 @@ from paraplan.cost.compute import optimizer_time_s
 from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommAxis, CommKind, Op
-from paraplan.graph.partition import PipelineSplit, chunks_per_rank, pipeline_split, split_stages
+from paraplan.graph.partition import PipelineSplit, VirtualStage, chunks_per_rank, pipeline_split, split_stages
 from paraplan.memory.model import MemoryResult, comm_buffer_bytes, rank_memory, state_bytes
 from paraplan.result import Projection
 from paraplan.sim.costs import ChunkCost, PipelineCosts
@@ -339,6 +339,72 @@ def _chunk_cost(
         interference_s=total.interference + slow_f + slow_b,
     )
     return chunk, extra, total.dense_params, total.expert_params
+
+
+@dataclass(frozen=True, slots=True)
+class StageCosts:
+    """One micro-batch through one model stage on one GPU, as `project_specs` costs it before the schedule plays
+    it (the chunk the simulator gets, and the parameters the memory model and the data-parallel sync count)."""
+
+    first_layer: int
+    num_layers: int
+    forward_s: float
+    backward_input_s: float
+    backward_weight_s: float
+    dense_params: float
+    expert_params: float
+    activation_bytes: float
+    """Saved for backward per micro-batch in flight."""
+    boundary_bytes: float
+    """The activation this stage sends to the next (or its gradient back): what one GPU holds of it."""
+
+    @property
+    def busy_s(self) -> float:
+        return self.forward_s + self.backward_input_s + self.backward_weight_s
+
+
+def stage_costs(
+    model: ModelSpec,
+    system: SystemSpec,
+    train: TrainingSpec,
+    stages: tuple[VirtualStage, ...] | None = None,
+    options: ProjectionOptions | None = None,
+    *,
+    slowest: bool = True,
+) -> tuple[StageCosts, ...]:
+    """Per model stage, one micro-batch's forward, backward-input and backward-weight seconds (`stages`: spans of
+    decoder layers with or without the embedding and the head; default the spec's pipeline split). `slowest`:
+    compute at the pace of the slowest of `system.num_gpus` chips (`at_scale`), else at their typical speed.
+    `train` must be valid (`specs.validate.check`); its data parallelism only places the DP group."""
+    options = options or ProjectionOptions()
+    base_cal = options.calibration or calibration_for(system.gpu.name, train.framework)
+    cal = at_scale(base_cal, system.num_gpus) if slowest else base_cal
+    shard = L.Shard.of(train)
+    ctx_key, groups = _context(system, train, cal, options.timer)
+    chunks = chunks_per_rank(train)
+    boundary_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
+    mode, recompute_layers = train.recompute_granularity, train.recompute_num_layers
+    out = []
+    for stage in stages if stages is not None else split_stages(model, pipeline_split(train)):
+        parts = _stage_parts(
+            model, stage.first_layer, stage.num_layers, stage.has_embedding, stage.has_head, mode, recompute_layers
+        )
+        total = _stage_sums_of(parts, model, shard, ctx_key, options.measured_blocks)
+        chunk, _, dense, expert = _chunk_cost(total, train, system, cal, groups, chunks)
+        out.append(
+            StageCosts(
+                first_layer=stage.first_layer,
+                num_layers=stage.num_layers,
+                forward_s=chunk.forward_s,
+                backward_input_s=chunk.backward_input_s,
+                backward_weight_s=chunk.backward_weight_s,
+                dense_params=dense,
+                expert_params=expert,
+                activation_bytes=chunk.activation_bytes,
+                boundary_bytes=boundary_bytes,
+            )
+        )
+    return tuple(out)
 
 
 def project_specs(
