@@ -378,6 +378,13 @@ class StageCosts:
     """Saved for backward per micro-batch in flight."""
     boundary_bytes: float
     """The activation this stage sends to the next (or its gradient back): what one GPU holds of it."""
+    dp_grad_reduce_s: float
+    """Once a step: the gradients' reduction over the spec's data-parallel replicas (reduce-scatter with a
+    sharded optimizer, else all-reduce)."""
+    dp_param_gather_s: float
+    """Once a step: the sharded optimizer's parameter all-gather (0 without)."""
+    optimizer_s: float
+    """Once a step: the optimizer step over the parameters this GPU updates."""
 
     @property
     def busy_s(self) -> float:
@@ -396,7 +403,7 @@ def stage_costs(
     """Per model stage, one micro-batch's forward, backward-input and backward-weight seconds (`stages`: spans of
     decoder layers with or without the embedding and the head; default the spec's pipeline split). `slowest`:
     compute at the pace of the slowest of `system.num_gpus` chips (`at_scale`), else at their typical speed.
-    `train` must be valid (`specs.validate.check`); its data parallelism only places the DP group."""
+    `train` must be valid (`specs.validate.check`); its data parallelism sizes the once-a-step figures."""
     options = options or ProjectionOptions()
     base_cal = options.calibration or calibration_for(system.gpu.name, train.framework)
     cal = at_scale(base_cal, system.num_gpus) if slowest else base_cal
@@ -412,6 +419,7 @@ def stage_costs(
         )
         total = _stage_sums_of(parts, model, shard, ctx_key, options.measured_blocks)
         chunk, _, dense, expert = _chunk_cost(total, train, system, cal, groups, chunks)
+        optimizer_s = _optimizer_time(dense, expert, train, expert_dp(train), system, cal)
         out.append(
             StageCosts(
                 first_layer=stage.first_layer,
@@ -423,6 +431,9 @@ def stage_costs(
                 expert_params=expert,
                 activation_bytes=chunk.activation_bytes,
                 boundary_bytes=boundary_bytes,
+                dp_grad_reduce_s=chunk.dp_grad_reduce_s,
+                dp_param_gather_s=chunk.dp_param_gather_s,
+                optimizer_s=optimizer_s,
             )
         )
     return tuple(out)

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from paraplan.geo.stages import TrainSetup, pipeline_stages, stage_cost
+from paraplan.geo.stages import TrainSetup, pipeline_stages, stage_cost, stage_sync
 from paraplan.graph import layers as L
 from paraplan.graph.partition import VirtualStage
 from paraplan.projection import stage_costs
@@ -66,3 +66,16 @@ def test_balanced_layout_covers_every_layer() -> None:
     assert stages is not None
     assert sum(s.num_layers for s in stages) == setup.model.num_layers
     assert [s.first_layer for s in stages] == [0, *(sum(s.num_layers for s in stages[:i]) for i in range(1, 4))]
+
+
+@pytest.mark.parametrize("distributed_optimizer", [True, False])
+def test_data_parallel_sync_is_the_projection_stage(distributed_optimizer: bool) -> None:
+    setup = _setup(distributed_optimizer=distributed_optimizer)
+    stages = pipeline_stages(setup, [("a", H100)] * 2, 2)
+    assert stages is not None
+    reduce_s, gather_s, optimizer_s = stage_sync(setup, H100, 2, stages, 0, 4)
+    (core,) = stage_costs(
+        setup.model, H100, setup.spec(2, 1, 4), (VirtualStage(0, 0, stages[0].num_layers, True, False),)
+    )
+    assert (reduce_s, gather_s, optimizer_s) == (core.dp_grad_reduce_s, core.dp_param_gather_s, core.optimizer_s)
+    assert reduce_s > 0 and optimizer_s > 0 and (gather_s > 0) == distributed_optimizer

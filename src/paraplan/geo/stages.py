@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from paraplan.cost.calibration import at_scale, calibration_for
-from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
+from paraplan.cost.comm import GroupPlacement, collective_time_s
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommKind
 from paraplan.graph.partition import VirtualStage
@@ -73,9 +73,12 @@ class TrainSetup:
 
 
 @lru_cache(maxsize=4096)
-def _projected(setup: TrainSetup, system: SystemSpec, tp: int, span: VirtualStage, slowest: bool = True) -> StageCosts:
-    """The core's cost of one stage (`projection.stage_costs`) on one GPU of a datacenter, under TP `tp`."""
-    return stage_costs(setup.model, system, setup.spec(tp, 1, 1), (span,), slowest=slowest)[0]
+def _projected(
+    setup: TrainSetup, system: SystemSpec, tp: int, span: VirtualStage, slowest: bool = True, dp: int = 1
+) -> StageCosts:
+    """The core's cost of one stage (`projection.stage_costs`) on one GPU of a datacenter, under TP `tp`, with
+    `dp` replicas of it inside the datacenter."""
+    return stage_costs(setup.model, system, setup.spec(tp, 1, dp), (span,), slowest=slowest)[0]
 
 
 def _span(first: int, n: int, embedding: bool, head: bool) -> VirtualStage:
@@ -204,26 +207,15 @@ def pipeline_stages(
     )
 
 
-def dp_sync_s(setup: TrainSetup, system: SystemSpec, tp: int, params_per_gpu: float, dp: int) -> tuple[float, float]:
-    """(gradient reduction, parameter all-gather) of one stage over `dp` replicas inside one datacenter:
-    reduce-scatter + all-gather with the distributed optimizer, an all-reduce without."""
-    if dp <= 1:
-        return 0.0, 0.0
-    cal = calibration_for(system.gpu.name, setup.framework)
-    group = place_group(dp, tp, system.gpus_per_node)
-    grad_bytes = 4  # Megatron reduces fp32 main grads by default
-    if setup.distributed_optimizer:
-        rs = collective_time_s(CommKind.REDUCE_SCATTER, params_per_gpu * grad_bytes, group, system, cal)
-        ag = collective_time_s(CommKind.ALL_GATHER, params_per_gpu * 2, group, system, cal)
-        return rs, ag
-    return collective_time_s(CommKind.ALL_REDUCE, params_per_gpu * grad_bytes, group, system, cal), 0.0
-
-
-def optimizer_s(setup: TrainSetup, system: SystemSpec, params_per_gpu: float, dp: int) -> float:
-    """Fused Adam over the parameters this GPU updates (memory-bound)."""
-    cal = calibration_for(system.gpu.name, setup.framework)
-    params = params_per_gpu / dp if setup.distributed_optimizer else params_per_gpu
-    return params * cal.optimizer_bytes_per_param / (system.gpu.hbm_bytes_per_s * cal.memory_efficiency)
+def stage_sync(
+    setup: TrainSetup, system: SystemSpec, tp: int, stages: tuple[StageCost, ...], index: int, dp: int
+) -> tuple[float, float, float]:
+    """(gradient reduction, parameter all-gather, optimizer step) once a step of stage `index` of a pipeline over
+    `dp` replicas inside one datacenter, as the projection has them (`projection.stage_costs`)."""
+    st = stages[index]
+    span = _span(st.first_layer, st.num_layers, index == 0, index == len(stages) - 1)
+    costs = _projected(setup, system, tp, span, dp=dp)
+    return costs.dp_grad_reduce_s, costs.dp_param_gather_s, costs.optimizer_s
 
 
 @dataclass(frozen=True, slots=True)
