@@ -17,7 +17,6 @@ from paraplan.cost.block import (
     BlockCost,
     MeasuredBlock,
     block_cost,
-    gathered_params,
     repeated_s,
     runahead_s,
     with_measured_compute,
@@ -28,8 +27,9 @@ from paraplan.cost.compute import optimizer_time_s
 from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommAxis, CommKind, Op
-from paraplan.graph.partition import PipelineSplit, chunks_per_rank, pipeline_split, split_stages
-from paraplan.memory.model import MemoryResult, comm_buffer_bytes, rank_memory, state_bytes
+from paraplan.graph.partition import PipelineSplit, VirtualStage, chunks_per_rank, pipeline_split, split_stages
+from paraplan.memory.blocks import BlockMemory, block_memory
+from paraplan.memory.model import StageFootprint, expert_dp, pipeline_memory
 from paraplan.result import Projection
 from paraplan.sim.costs import ChunkCost, PipelineCosts
 from paraplan.sim.pipeline import ChunkExtras, play_pipeline
@@ -55,21 +55,29 @@ def group_placements(train: TrainingSpec, system: SystemSpec) -> dict[CommAxis, 
     }
 
 
-def expert_dp(train: TrainingSpec) -> int:
-    return max(1, (train.tp * train.cp * train.dp) // (train.etp * train.ep))
+def _layer_input_bytes(model: ModelSpec, shard: L.Shard) -> float:
+    """A decoder layer's input on one GPU (1/tp of it under sequence parallelism): the checkpoint full recompute
+    keeps, and what a pipeline stage sends to the next."""
+    return shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
+
+
+@lru_cache(maxsize=_BLOCK_CACHE_SIZE)
+def block_memory_of(kind: str, model: ModelSpec, shard: L.Shard, recompute: str) -> BlockMemory:
+    """Parameters and saved bytes of one block kind (`memory.blocks.block_memory` of its operators)."""
+    layer_kind = K.layer_kind(kind)
+    memory = block_memory(layer_kind.ops(model, shard), recompute, _layer_input_bytes(model, shard))
+    table_params = layer_kind.params_of(model, shard)
+    if table_params is not None:  # weights without a GEMM (the embedding's lookup table, V/tp x h on this rank)
+        memory = replace(memory, dense_params=table_params)
+    return memory
 
 
 @lru_cache(maxsize=_BLOCK_CACHE_SIZE)
 def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, ctx_key: tuple) -> BlockCost:
     ctx = _CTX_REGISTRY[ctx_key]
-    layer_kind = K.layer_kind(kind)
-    ops = layer_kind.ops(model, shard)
-    layer_input = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
-    cost = block_cost(ops, recompute, ctx, layer_input)
-    table_params = layer_kind.params_of(model, shard)
-    if table_params is not None:  # weights without a GEMM (the embedding's lookup table, V/tp x h on this rank)
-        cost = replace(cost, dense_params=table_params)
-    return cost
+    memory = block_memory_of(kind, model, shard, recompute)
+    ops = K.layer_kind(kind).ops(model, shard)
+    return block_cost(ops, recompute, ctx, _layer_input_bytes(model, shard), memory)
 
 
 _CTX_REGISTRY: dict[tuple, BlockContext] = {}
@@ -206,6 +214,25 @@ def _layout_parts(
     return parts, tuple(Counter(parts).items())
 
 
+@lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)
+def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFootprint:
+    """Parameters and saved bytes of one model stage: its blocks' (`block_memory_of`) added up."""
+    dense = expert = saved = max_layer = max_full_saved = 0.0
+    present = {kind for kind, _, _ in parts}
+    for kind, mode, count in parts:
+        layer_kind = K.layer_kind(kind)
+        memory = block_memory_of(kind, model, shard, mode)
+        if not (model.tied_embeddings and layer_kind.tied_to in present):  # one shared table when both share a rank
+            dense += memory.dense_params * count
+        expert += memory.expert_params * count
+        saved += memory.saved_bytes * count
+        if layer_kind.is_decoder_layer:
+            max_layer = max(max_layer, memory.dense_params + memory.expert_params)
+            if mode == "full":
+                max_full_saved = max(max_full_saved, memory.full_saved_bytes)
+    return StageFootprint(dense, expert, saved, max_layer, max_full_saved)
+
+
 @dataclass(slots=True)
 class _StageSums:
     """One micro-batch through one model stage: its blocks' costs added up."""
@@ -226,8 +253,6 @@ class _StageSums:
     host: float = 0.0
     measured: float = 0.0
     forward_exposed: float = 0.0
-    max_layer_params: float = 0.0
-    max_full_saved: float = 0.0
     refetch_params: float = 0.0
     interference: float = 0.0
 
@@ -241,13 +266,15 @@ def _stage_sums(
     parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple, measured: Mapping[str, MeasuredBlock] | None
 ) -> _StageSums:
     """The sums of one stage's blocks (shared by the projections that ask for the same: read them only)."""
-    total = _StageSums()
-    present = {kind for kind, _, _ in parts}
+    footprint = stage_footprint(parts, model, shard)
+    total = _StageSums(
+        saved=footprint.saved_bytes,
+        dense_params=footprint.dense_params,
+        expert_params=footprint.expert_params,
+    )
     for kind, mode, count in parts:
         layer_kind = K.layer_kind(kind)
         cost = _cached_block(kind, model, shard, mode, ctx_key)
-        if model.tied_embeddings and layer_kind.tied_to in present:
-            cost = replace(cost, dense_params=0)  # one shared table when embedding and head share a rank
         if measured and kind in measured:
             cost = with_measured_compute(cost, measured[kind])
             total.measured += (cost.forward_s + cost.backward_input_s + cost.backward_weight_s) * count
@@ -256,11 +283,8 @@ def _stage_sums(
         total.b += b
         total.w += w
         total.recompute += redo
-        total.saved += cost.saved_bytes * count
         _add(total.comm_total, cost.comm_total_s, count)
         _add(total.comm_exposed, cost.comm_exposed_s, count)
-        total.dense_params += cost.dense_params * count
-        total.expert_params += cost.expert_params * count
         total.refetch_params += cost.refetch_params * count
         total.flops += cost.forward_flops * count
         total.recompute_flops += cost.recompute_flops * count
@@ -270,9 +294,6 @@ def _stage_sums(
         total.interference += sum(cost.interference_s) * count
         if layer_kind.is_decoder_layer:
             total.num_layers += count
-            total.max_layer_params = max(total.max_layer_params, cost.dense_params + cost.expert_params)
-            if mode == "full":
-                total.max_full_saved = max(total.max_full_saved, cost.full_saved_bytes)
     return total
 
 
@@ -341,6 +362,83 @@ def _chunk_cost(
     return chunk, extra, total.dense_params, total.expert_params
 
 
+@dataclass(frozen=True, slots=True)
+class StageCosts:
+    """One micro-batch through one model stage on one GPU, as `project_specs` costs it before the schedule plays
+    it (the chunk the simulator gets, and the parameters the memory model and the data-parallel sync count)."""
+
+    first_layer: int
+    num_layers: int
+    forward_s: float
+    backward_input_s: float
+    backward_weight_s: float
+    dense_params: float
+    expert_params: float
+    activation_bytes: float
+    """Saved for backward per micro-batch in flight."""
+    boundary_bytes: float
+    """The activation this stage sends to the next (or its gradient back): what one GPU holds of it."""
+    dp_grad_reduce_s: float
+    """Once a step: the gradients' reduction over the spec's data-parallel replicas (reduce-scatter with a
+    sharded optimizer, else all-reduce)."""
+    dp_param_gather_s: float
+    """Once a step: the sharded optimizer's parameter all-gather (0 without)."""
+    optimizer_s: float
+    """Once a step: the optimizer step over the parameters this GPU updates."""
+
+    @property
+    def busy_s(self) -> float:
+        return self.forward_s + self.backward_input_s + self.backward_weight_s
+
+
+def stage_costs(
+    model: ModelSpec,
+    system: SystemSpec,
+    train: TrainingSpec,
+    stages: tuple[VirtualStage, ...] | None = None,
+    options: ProjectionOptions | None = None,
+    *,
+    slowest: bool = True,
+) -> tuple[StageCosts, ...]:
+    """Per model stage, one micro-batch's forward, backward-input and backward-weight seconds (`stages`: spans of
+    decoder layers with or without the embedding and the head; default the spec's pipeline split). `slowest`:
+    compute at the pace of the slowest of `system.num_gpus` chips (`at_scale`), else at their typical speed.
+    `train` must be valid (`specs.validate.check`); its data parallelism sizes the once-a-step figures."""
+    options = options or ProjectionOptions()
+    base_cal = options.calibration or calibration_for(system.gpu.name, train.framework)
+    cal = at_scale(base_cal, system.num_gpus) if slowest else base_cal
+    shard = L.Shard.of(train)
+    ctx_key, groups = _context(system, train, cal, options.timer)
+    chunks = chunks_per_rank(train)
+    boundary_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
+    mode, recompute_layers = train.recompute_granularity, train.recompute_num_layers
+    out = []
+    for stage in stages if stages is not None else split_stages(model, pipeline_split(train)):
+        parts = _stage_parts(
+            model, stage.first_layer, stage.num_layers, stage.has_embedding, stage.has_head, mode, recompute_layers
+        )
+        total = _stage_sums_of(parts, model, shard, ctx_key, options.measured_blocks)
+        chunk, _, dense, expert = _chunk_cost(total, train, system, cal, groups, chunks)
+        optimizer_s = _optimizer_time(dense, expert, train, expert_dp(train), system, cal)
+        out.append(
+            StageCosts(
+                first_layer=stage.first_layer,
+                num_layers=stage.num_layers,
+                forward_s=chunk.forward_s,
+                backward_input_s=chunk.backward_input_s,
+                backward_weight_s=chunk.backward_weight_s,
+                dense_params=dense,
+                expert_params=expert,
+                activation_bytes=chunk.activation_bytes,
+                boundary_bytes=boundary_bytes,
+                dp_grad_reduce_s=chunk.dp_grad_reduce_s,
+                dp_param_gather_s=chunk.dp_param_gather_s,
+                optimizer_s=optimizer_s,
+            )
+        )
+    return tuple(out)
+
+
 def project_specs(
     model: ModelSpec, system: SystemSpec, train: TrainingSpec, options: ProjectionOptions | None = None
 ) -> Projection:
@@ -356,19 +454,15 @@ def project_specs(
     ctx_key, groups = _context(system, train, cal, options.timer)
     chunks = chunks_per_rank(train)
     holder = train.schedule.chunk_model_stage(train.pp, train.vpp)
-    layer_input_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
+    layer_input_bytes = _layer_input_bytes(model, shard)
 
     sums: dict[Parts, _StageSums] = {}  # stages with the same layers cost the same
     stage_parts, distinct = _layout_parts(
         model, pipeline_split(train), train.recompute_granularity, train.recompute_num_layers
     )
-    max_layer_params = 0.0
-    max_full_saved = 0.0
     flops_model = flops_hw = 0.0
     for parts, times in distinct:
         total = sums[parts] = _stage_sums_of(parts, model, shard, ctx_key, options.measured_blocks)
-        max_layer_params = max(max_layer_params, total.max_layer_params)
-        max_full_saved = max(max_full_saved, total.max_full_saved)
         flops_model += 3 * total.flops * times
         flops_hw += (3 * total.flops + total.recompute_flops) * times
     chunk_costs = {parts: _chunk_cost(total, train, system, cal, groups, chunks) for parts, total in sums.items()}
@@ -412,15 +506,10 @@ def project_specs(
         record_events=options.record_events,
         breakdown=options.breakdown,
     )
-    # memory per rank
-    ranks = []
-    gathered = gathered_params(train, max_layer_params, lambda: K.all_decoder_layer_ops(model, shard))
-    comm_buffers = comm_buffer_bytes(model, shard, train)
-    for r in range(train.pp):
-        states = state_bytes(rank_dense_params[r], rank_expert_params[r], train, edp, gathered_params=gathered)
-        activations = pipeline.peak_activation_bytes[r]
-        ranks.append(rank_memory(r, states, activations, max_full_saved, comm_buffers))
-    memory = MemoryResult(ranks=tuple(ranks), capacity_bytes=system.gpu.hbm_bytes)
+    footprints = [stage_footprint(parts, model, shard) for parts in stage_parts]
+    memory = pipeline_memory(
+        model, shard, train, system.gpu.hbm_bytes, footprints, holder, pipeline.peak_activation_bytes
+    )
     tokens = train.gbs * train.seq
     step_flops_model = model_flops_per_sequence(model, train.seq, train.attention_backend) * train.gbs
     step_flops_hw = step_flops_model + (flops_hw - flops_model) * train.gbs / train.mbs * train.tp * train.cp

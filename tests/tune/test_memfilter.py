@@ -1,57 +1,87 @@
-import random
+"""The tuner's memory pre-filter is the projection's memory model: the same verdict, to the byte, on every
+candidate of a tuner's search space."""
 
-from paraplan.errors import ConfigError
-from paraplan.projection import project_specs
+import pytest
+
+from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.specs.presets import model_preset, system_preset
 from paraplan.specs.validate import check
 from paraplan.tune.candidate import TuneProblem, to_training
-from paraplan.tune.memfilter import MemoryFilter, estimate_peak_bytes
-from paraplan.tune.space import SearchSpace
+from paraplan.tune.evaluate import Evaluator
+from paraplan.tune.legality import candidate_problems
+from paraplan.tune.memfilter import GroupMemory, MemoryFilter, estimate_peak_bytes
+from paraplan.tune.space import SearchSpace, parse_constraints
 
-TOLERANCE = 0.02  # the estimate tracks the core's memory model; it may drift a little as the core evolves
+FAST = ProjectionOptions(breakdown=False)
 
-
-def _sample(problem: TuneProblem, n: int, seed: int = 0):
-    space = SearchSpace(problem)
-    rng = random.Random(seed)
-    structures = list(space.structures())
-    for base in rng.sample(structures, min(n, len(structures))):
-        for c in space.recompute_chain(base):
-            train = to_training(problem, c)
-            system = problem.system(c.num_gpus)
-            try:
-                train = check(problem.model, system, train)
-            except ConfigError:
-                continue
-            yield system, train
+# (model, GPU count, gbs, seq, the space's limits): small tuner runs, every schedule and sharding the space holds
+RUNS = {
+    "llama3.1-8b x16": ("llama3.1-8b", 16, 64, 4096, {"mbs": 2}),
+    "mixtral-8x7b x32": ("mixtral-8x7b", 32, 128, 4096, {"mbs": 1, "pp": 4, "cp": 1}),
+}
 
 
-def test_estimate_tracks_the_projection_memory() -> None:
-    problems = [
-        TuneProblem(model_preset("llama3.1-70b"), (system_preset("h100-sxm5-80gb", 256),), 256, 8192),
-        TuneProblem(model_preset("mixtral-8x7b"), (system_preset("h100-sxm5-80gb", 64),), 256, 4096),
-        TuneProblem(model_preset("deepseek-v3"), (system_preset("h200-sxm-141gb", 512),), 512, 4096),
-    ]
-    worst, checked = 0.0, 0
-    for problem in problems:
-        for system, train in _sample(problem, 60):
-            actual = project_specs(problem.model, system, train).memory.peak.total_bytes
-            estimate = estimate_peak_bytes(problem.model, system, train)
-            worst = max(worst, abs(estimate / actual - 1))
-            checked += 1
-    print(f"memory pre-filter: {checked} configurations, worst relative error {worst:.4f}")
-    assert checked > 300
-    assert worst < TOLERANCE
-
-
-def test_filter_never_rejects_what_fits(dense_problem) -> None:
-    memory_filter = MemoryFilter()
-    rejected_fitting = rejected = 0
-    problem = TuneProblem(model_preset("llama3.1-70b"), (system_preset("h100-sxm5-80gb", 64),), 64, 8192)
-    for system, train in _sample(problem, 120, seed=3):
-        if memory_filter.admits(problem.model, system, train):
+def _candidates(problem: TuneProblem, space: SearchSpace):
+    """Every legal candidate of the space (each structure with each recompute variant), as the tuner builds it."""
+    for base in space.structures():
+        base_train = to_training(problem, base)
+        if candidate_problems(problem, base, base_train):
             continue
-        rejected += 1
-        rejected_fitting += project_specs(problem.model, system, train).memory.fits
-    assert rejected > 50
-    assert rejected_fitting == 0
+        system = problem.system(base.num_gpus)
+        memory = GroupMemory(problem.model, system, base_train)
+        for c in space.recompute_chain(base):
+            yield c, system, memory, to_training(problem, c)
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_the_filter_and_the_projection_agree_on_every_candidate(run: str) -> None:
+    model_name, gpus, gbs, seq, limits = RUNS[run]
+    problem = TuneProblem(model_preset(model_name), (system_preset("h100-sxm5-80gb", gpus),), gbs, seq)
+    space = SearchSpace(problem, parse_constraints([], limits))
+    memory_filter = MemoryFilter()
+    checked = fitting = 0
+    disagree = []
+    for c, system, memory, train in _candidates(problem, space):
+        projected = project_specs(problem.model, system, train, FAST).memory
+        group_verdict = memory.fits(c.recompute, c.recompute_layers)  # the tuner's group path
+        screen_verdict = memory_filter.admits(problem.model, system, check(problem.model, system, train))
+        peak = memory.peak_bytes(c.recompute, c.recompute_layers)
+        if not (group_verdict == screen_verdict == projected.fits and peak == projected.peak.total_bytes):
+            disagree.append(f"{c}: filter {group_verdict}/{screen_verdict} {peak}, core {projected.fits}")
+        checked += 1
+        fitting += projected.fits
+    print(f"{run}: {checked} candidates, {fitting} fit")
+    assert not disagree, "\n".join(disagree[:10])
+    assert checked > 300 and 0 < fitting < checked  # both verdicts occur
+
+
+def test_the_evaluator_projects_only_what_fits() -> None:
+    problem = TuneProblem(model_preset("llama3.1-70b"), (system_preset("h100-sxm5-80gb", 64),), 64, 8192)
+    space = SearchSpace(problem, parse_constraints([], {"mbs": 1, "cp": 2}))
+    evaluator = Evaluator(problem, space)
+    evaluated = rejected = 0
+    for base in list(space.structures())[:150]:
+        for c in space.recompute_chain(base):
+            evaluation, reason = evaluator.evaluate(c, "test")
+            if evaluation is not None:
+                evaluated += 1
+                assert evaluation.fits, c
+            elif reason.startswith("memory"):
+                rejected += 1
+    assert evaluated > 20 and rejected > 20
+
+
+def test_estimate_is_the_projection_peak() -> None:
+    problem = TuneProblem(model_preset("deepseek-v3"), (system_preset("h200-sxm-141gb", 512),), 512, 4096)
+    space = SearchSpace(problem, parse_constraints([], {"mbs": 1, "cp": 1}))
+    checked = 0
+    for base in list(space.structures())[::97][:12]:
+        base_train = to_training(problem, base)
+        if candidate_problems(problem, base, base_train):
+            continue
+        system = problem.system(base.num_gpus)
+        train = check(problem.model, system, base_train)
+        projected = project_specs(problem.model, system, train, FAST)
+        assert estimate_peak_bytes(problem.model, system, train) == projected.memory.peak.total_bytes
+        checked += 1
+    assert checked >= 3

@@ -14,7 +14,8 @@ from paraplan.cost.comm import GroupPlacement, collective_time_s
 from paraplan.cost.compute import compute_time_s
 from paraplan.graph.backward import TP_INPUT_GRAD, TP_REGATHER, backward_ops, is_weightless_gemm
 from paraplan.graph.ops import CommAxis, Op, OpKind, Phase
-from paraplan.memory.activations import recomputed_ops, saved_bytes
+from paraplan.memory.activations import recomputed_ops
+from paraplan.memory.blocks import BlockMemory, block_memory, weight_params
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 
@@ -123,12 +124,6 @@ def runahead_s(cost: BlockCost, count: int) -> float:
     backward_input = cost.backward_input_runahead_s - cost.recompute_runahead_s
     saved = cost.forward_runahead_s + backward_input + cost.backward_weight_runahead_s
     return saved * max(0, count - 1)
-
-
-def weight_params(op: Op) -> int:
-    if op.kind is not OpKind.GEMM or op.gemm is None or is_weightless_gemm(op):
-        return 0
-    return op.gemm.k * op.gemm.n * op.gemm.count
 
 
 # DeepSpeed ZeRO-3 releases a parameter after its module's forward unless it is used again within
@@ -294,9 +289,16 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
     return out
 
 
-def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_input_bytes: float = 0.0) -> BlockCost:
+def block_cost(
+    forward: Sequence[Op],
+    recompute: str,
+    ctx: BlockContext,
+    layer_input_bytes: float = 0.0,
+    memory: BlockMemory | None = None,
+) -> BlockCost:
     """`recompute`: "none", "selective" (ops tagged selective are recomputed) or "full" (only the block
-    input, `layer_input_bytes`, is kept)."""
+    input, `layer_input_bytes`, is kept). `memory`: the block's parameters and saved bytes when the caller
+    has them (`memory.blocks.block_memory` of these operators, or the embedding's with its table)."""
     backward = [b for op in forward for b in backward_ops(op)]
     b_ops = [op for op in backward if op.phase is Phase.BACKWARD_INPUT]
     w_ops = [op for op in backward if op.phase is Phase.BACKWARD_WEIGHT]
@@ -304,9 +306,8 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
     fwd = _phase_times(forward, ctx, host)
     bwd = _phase_times(b_ops, ctx, host * ctx.cal.host_backward_factor)
     wgt = _phase_times(w_ops, ctx, host * ctx.cal.host_backward_factor)
-    full_saved = sum(op.saved_bytes for op in forward)
+    memory = memory if memory is not None else block_memory(forward, recompute, layer_input_bytes)
     redo = recomputed_ops(forward, recompute)
-    saved = saved_bytes(forward, recompute, layer_input_bytes)
     rec = _phase_times(redo, ctx, host) if redo else _PhaseTime()
     if bwd.async_tp_s:
         # the backward's asynchronous TP collectives run while the stream does the weight gradients (and, for the
@@ -327,13 +328,6 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
             comm_total[label] = comm_total.get(label, 0.0) + value
             comm_exposed[label] = comm_exposed.get(label, 0.0) + phase.comm_exposed_s[label]
     recompute_s = rec.compute_s + sum(rec.comm_exposed_s.values())
-    dense_params = expert_params = 0
-    for op in forward:
-        n = weight_params(op)
-        if op.expert:
-            expert_params += n
-        else:
-            dense_params += n
     return BlockCost(
         forward_s=fwd.compute_s + sum(fwd.comm_exposed_s.values()),
         backward_input_s=bwd.compute_s + sum(bwd.comm_exposed_s.values()) + recompute_s,
@@ -341,12 +335,12 @@ def block_cost(forward: Sequence[Op], recompute: str, ctx: BlockContext, layer_i
         recompute_s=recompute_s,
         comm_total_s=comm_total,
         comm_exposed_s=comm_exposed,
-        saved_bytes=saved,
-        full_saved_bytes=full_saved,
+        saved_bytes=memory.saved_bytes,
+        full_saved_bytes=memory.full_saved_bytes,
         forward_flops=sum(op.flops for op in forward if op.kind in MATMUL_KINDS),
         recompute_flops=sum(op.flops for op in redo if op.kind in MATMUL_KINDS),
-        dense_params=dense_params,
-        expert_params=expert_params,
+        dense_params=memory.dense_params,
+        expert_params=memory.expert_params,
         profiled_s=fwd.profiled_s + bwd.profiled_s + wgt.profiled_s,
         host_bound_s=fwd.host_bound_s + bwd.host_bound_s + wgt.host_bound_s,
         forward_comm_exposed_s=sum(fwd.comm_exposed_s.values()),

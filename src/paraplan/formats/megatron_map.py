@@ -402,6 +402,26 @@ def _model_fields(
 
 
 # ----------------------------------------------------------------------------- specs -> values
+MODEL_DESTS = frozenset(
+    (
+        *"num_layers hidden_size ffn_hidden_size num_attention_heads group_query_attention num_query_groups".split(),
+        *"kv_channels multi_latent_attention vocab_size make_vocab_size_divisible_by normalization swiglu".split(),
+        *"squared_relu position_embedding_type untie_embeddings_and_output_weights add_bias_linear".split(),
+        *"add_qkv_bias hidden_dropout attention_dropout num_experts moe_ffn_hidden_size moe_router_topk".split(),
+        *"moe_shared_expert_intermediate_size moe_layer_freq mtp_num_layers max_position_embeddings".split(),
+        *MLA_DETAIL_DESTS,
+    )
+)
+"""What `megatron_values` writes about the model's architecture; the rest is the training plan."""
+
+
+def megatron_plan_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -> tuple[dict[str, Any], list[str]]:
+    """`megatron_values` without the model's architecture (`MODEL_DESTS`): the parallel plan, batch, recompute,
+    precision and overlap flags, for a model the run already describes (`paraplan tune`'s reproducer)."""
+    values, gaps = megatron_values(model, system, train)
+    return {dest: value for dest, value in values.items() if dest not in MODEL_DESTS}, gaps
+
+
 def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -> tuple[dict[str, Any], list[str]]:
     """Megatron argument values (destination name -> value) for this plan, and what they cannot express.
 

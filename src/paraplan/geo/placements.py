@@ -27,11 +27,10 @@ from paraplan.geo.stages import (
     WAN_GRAD_BYTES,
     StageMemory,
     TrainSetup,
-    dp_sync_s,
     memory_problem,
-    optimizer_s,
     pipeline_stages,
     stage_memory,
+    stage_sync,
 )
 from paraplan.geo.topology import GeoSystem
 from paraplan.geo.wan import Sharing
@@ -59,12 +58,11 @@ def pipeline_options(setup: TrainSetup, wanted: Sequence[int] | None) -> list[in
 
 def _group(setup: TrainSetup, geo: GeoSystem, stages: tuple, tp: int, count: int) -> PipelineGroup:
     reduce, gather, opt = [], [], []
-    for st in stages:
-        system = geo.dc(st.dc).system
-        r, a = dp_sync_s(setup, system, tp, st.params_per_gpu, count)
+    for i, st in enumerate(stages):
+        r, a, o = stage_sync(setup, geo.dc(st.dc).system, tp, stages, i, count)
         reduce.append(r)
         gather.append(a)
-        opt.append(optimizer_s(setup, system, st.params_per_gpu, count))
+        opt.append(o)
     return PipelineGroup(stages, count, tuple(reduce), tuple(gather), tuple(opt))
 
 

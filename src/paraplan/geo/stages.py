@@ -1,8 +1,8 @@
 """Per-stage costs on a datacenter's GPUs, from paraplan's own operator and cost model.
 
 A geo pipeline is heterogeneous: each datacenter may have its own GPU type and network, so a stage's
-forward (F), input-gradient (B) and weight-gradient (W) times come from the core's `block_cost` over the
-operators of `graph.layers`, costed on the GPU of the datacenter that holds the stage. Layers are split
+forward (F), input-gradient (B) and weight-gradient (W) times are the projection's own stage costs
+(`projection.stage_costs`), costed on the GPU of the datacenter that holds the stage. Layers are split
 over the stages so that the slowest stage is as fast as possible. Memory per stage comes from
 `project_specs` on the same layout, so the FITS verdict is the core's.
 """
@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from paraplan.cost.block import BlockCost, block_cost, repeated_s
-from paraplan.cost.calibration import Calibration, at_scale, calibration_for
-from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
+from paraplan.cost.calibration import at_scale, calibration_for
+from paraplan.cost.comm import GroupPlacement, collective_time_s
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommKind
+from paraplan.graph.partition import VirtualStage
 from paraplan.memory.model import GIB
-from paraplan.projection import block_context, project_specs
+from paraplan.projection import StageCosts, project_specs, stage_costs
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
@@ -91,52 +91,17 @@ class TrainSetup:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class LayerCosts:
-    """One micro-batch through each block kind on one GPU of a datacenter, under TP `tp`."""
-
-    dense: BlockCost
-    moe: BlockCost | None
-    embedding: BlockCost
-    head: BlockCost
-    calibration: Calibration
-    layer_input_bytes: float
-    """Boundary activation one GPU holds (1/tp of it under sequence parallelism)."""
-
-    def layer(self, moe: bool) -> BlockCost:
-        return self.moe if moe and self.moe is not None else self.dense
+@lru_cache(maxsize=4096)
+def _projected(
+    setup: TrainSetup, system: SystemSpec, tp: int, span: VirtualStage, slowest: bool = True, dp: int = 1
+) -> StageCosts:
+    """The core's cost of one stage (`projection.stage_costs`) on one GPU of a datacenter, under TP `tp`, with
+    `dp` replicas of it inside the datacenter."""
+    return stage_costs(setup.model, system, setup.spec(tp, 1, dp), (span,), slowest=slowest)[0]
 
 
-@lru_cache(maxsize=512)
-def layer_costs(setup: TrainSetup, system: SystemSpec, tp: int, slowest: bool = True) -> LayerCosts:
-    """slowest: compute at the pace of the slowest of the datacenter's GPUs (`at_scale`), else at the typical
-    speed (the stages of a pipeline but its slowest: `pipeline_stages`)."""
-    model = setup.model
-    train = setup.spec(tp, 1, 1)
-    cal = calibration_for(system.gpu.name, setup.framework)
-    slowed = at_scale(cal, system.num_gpus)
-    if not slowest and slowed is cal:  # no spread: the same costs
-        return layer_costs(setup, system, tp)
-    if slowest:
-        cal = slowed
-    shard = L.Shard.of(train)
-    ctx = block_context(system, train, cal)
-    layer_input = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
-    vocab = L.padded_vocab(model, tp)
-
-    def cost(ops: list, recompute: str) -> BlockCost:
-        return block_cost(ops, recompute, ctx, layer_input)
-
-    dense = cost(L.decoder_layer_ops(model, shard, moe=False), setup.recompute)
-    moe = cost(L.decoder_layer_ops(model, shard, moe=True), setup.recompute) if model.is_moe else None
-    return LayerCosts(
-        dense=dense,
-        moe=moe,
-        embedding=cost(L.embedding_ops(model, shard), "none"),
-        head=cost(L.head_ops(model, shard, vocab), "none"),
-        calibration=cal,
-        layer_input_bytes=layer_input,
-    )
+def _span(first: int, n: int, embedding: bool, head: bool) -> VirtualStage:
+    return VirtualStage(0, first, n, embedding, head)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +125,6 @@ class StageCost:
         return self.forward_s + self.backward_input_s + self.backward_weight_s
 
 
-def _stage_parts(setup: TrainSetup, first: int, n: int) -> tuple[int, int]:
-    """(dense layers, MoE layers) among decoder layers [first, first + n)."""
-    moe = sum(setup.model.is_moe_layer(i) for i in range(first, first + n))
-    return n - moe, moe
-
-
 def stage_cost(
     setup: TrainSetup,
     system: SystemSpec,
@@ -178,32 +137,26 @@ def stage_cost(
     head: bool,
     slowest: bool = True,
 ) -> StageCost:
-    costs = layer_costs(setup, system, tp, slowest)
-    dense_n, moe_n = _stage_parts(setup, first, n)
-    parts: list[tuple[BlockCost, int]] = [(costs.dense, dense_n)]
-    if moe_n:
-        parts.append((costs.layer(True), moe_n))
-    if embedding:
-        parts.append((costs.embedding, 1))
-    if head:
-        parts.append((costs.head, 1))
-    runs = [repeated_s(c, k) for c, k in parts]  # the layers of a stage share one launch queue
-    f = sum(run[0] for run in runs) + costs.calibration.microbatch_overhead_s
-    b = sum(run[1] for run in runs)
-    w = sum(run[2] for run in runs)
-    params = sum((c.dense_params + c.expert_params) * k for c, k in parts)
+    """Decoder layers [first, first + n) (with the embedding, the head) on the GPUs of datacenter `dc`. slowest:
+    compute at the pace of the slowest of the datacenter's GPUs (`at_scale`), else at the typical speed."""
+    costs = _projected(setup, system, tp, _span(first, n, embedding, head), slowest)
+    cal = calibration_for(system.gpu.name, setup.framework)
     p2p = collective_time_s(
-        CommKind.SEND_RECV, costs.layer_input_bytes, GroupPlacement(2, 1, 2), system, costs.calibration
+        CommKind.SEND_RECV,
+        costs.boundary_bytes,
+        GroupPlacement(2, 1, 2),
+        system,
+        at_scale(cal, system.num_gpus) if slowest else cal,
     )
     return StageCost(
         dc=dc,
         first_layer=first,
         num_layers=n,
-        forward_s=f,
-        backward_input_s=b,
-        backward_weight_s=w,
-        params_per_gpu=params,
-        boundary_bytes=L.ACT_BYTES * setup.mbs * setup.seq * setup.model.hidden_size,
+        forward_s=costs.forward_s,
+        backward_input_s=costs.backward_input_s,
+        backward_weight_s=costs.backward_weight_s,
+        params_per_gpu=costs.dense_params + costs.expert_params,
+        boundary_bytes=L.activation_bytes(setup.precision) * setup.mbs * setup.seq * setup.model.hidden_size,
         p2p_intra_s=p2p,
     )
 
@@ -248,14 +201,11 @@ def pipeline_stages(
     if layout is None:
         per_layer, extra = [], []
         for i, (_, system) in enumerate(systems):
-            costs = layer_costs(setup, system, tp)
-            per_layer.append(costs.dense.forward_s + costs.dense.backward_input_s + costs.dense.backward_weight_s)
-            e = 0.0
-            if i == 0:
-                e += costs.embedding.forward_s + costs.embedding.backward_input_s + costs.embedding.backward_weight_s
-            if i == last:
-                e += costs.head.forward_s + costs.head.backward_input_s + costs.head.backward_weight_s
-            extra.append(e)
+            # a decoder layer after another in the stage's launch queue; the first stage's and the last's blocks
+            one = _projected(setup, system, tp, _span(0, 1, False, False))
+            two = _projected(setup, system, tp, _span(0, 2, False, False))
+            per_layer.append(two.busy_s - one.busy_s)
+            extra.append(_projected(setup, system, tp, _span(0, 0, i == 0, i == last)).busy_s)
         layout = split_layers(per_layer, extra, setup.model.num_layers)
         if layout is None:
             return None
@@ -276,26 +226,15 @@ def pipeline_stages(
     )
 
 
-def dp_sync_s(setup: TrainSetup, system: SystemSpec, tp: int, params_per_gpu: float, dp: int) -> tuple[float, float]:
-    """(gradient reduction, parameter all-gather) of one stage over `dp` replicas inside one datacenter:
-    reduce-scatter + all-gather with the distributed optimizer, an all-reduce without."""
-    if dp <= 1:
-        return 0.0, 0.0
-    cal = calibration_for(system.gpu.name, setup.framework)
-    group = place_group(dp, tp, system.gpus_per_node)
-    grad_bytes = 4  # Megatron reduces fp32 main grads by default
-    if setup.distributed_optimizer:
-        rs = collective_time_s(CommKind.REDUCE_SCATTER, params_per_gpu * grad_bytes, group, system, cal)
-        ag = collective_time_s(CommKind.ALL_GATHER, params_per_gpu * 2, group, system, cal)
-        return rs, ag
-    return collective_time_s(CommKind.ALL_REDUCE, params_per_gpu * grad_bytes, group, system, cal), 0.0
-
-
-def optimizer_s(setup: TrainSetup, system: SystemSpec, params_per_gpu: float, dp: int) -> float:
-    """Fused Adam over the parameters this GPU updates (memory-bound)."""
-    cal = calibration_for(system.gpu.name, setup.framework)
-    params = params_per_gpu / dp if setup.distributed_optimizer else params_per_gpu
-    return params * cal.optimizer_bytes_per_param / (system.gpu.hbm_bytes_per_s * cal.memory_efficiency)
+def stage_sync(
+    setup: TrainSetup, system: SystemSpec, tp: int, stages: tuple[StageCost, ...], index: int, dp: int
+) -> tuple[float, float, float]:
+    """(gradient reduction, parameter all-gather, optimizer step) once a step of stage `index` of a pipeline over
+    `dp` replicas inside one datacenter, as the projection has them (`projection.stage_costs`)."""
+    st = stages[index]
+    span = _span(st.first_layer, st.num_layers, index == 0, index == len(stages) - 1)
+    costs = _projected(setup, system, tp, span, dp=dp)
+    return costs.dp_grad_reduce_s, costs.dp_param_gather_s, costs.optimizer_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,12 @@ times the micro-batches in flight, and fixed framework overheads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from paraplan.cost.block import gathered_params
+from paraplan.graph import kinds as K
 from paraplan.specs.training import TrainingSpec
 
 if TYPE_CHECKING:
@@ -154,3 +157,47 @@ def rank_memory(
     parts["communication_buffers"] = comm_buffer_bytes
     parts["framework_overhead"] = CUDA_CONTEXT_BYTES + FRAGMENTATION * activation_bytes
     return RankMemory(rank=rank, parts=parts)
+
+
+def expert_dp(train: TrainingSpec) -> int:
+    """Replicas of each expert: the ranks of the dense model's TP x CP x DP over those of the experts' ETP x EP."""
+    return max(1, (train.tp * train.cp * train.dp) // (train.etp * train.ep))
+
+
+@dataclass(frozen=True, slots=True)
+class StageFootprint:
+    """What one model stage leaves on a GPU: its blocks' parameters and the activations one micro-batch through it
+    saves for backward (`memory.blocks.BlockMemory` summed over the stage)."""
+
+    dense_params: float = 0.0
+    expert_params: float = 0.0
+    saved_bytes: float = 0.0
+    max_layer_params: float = 0.0
+    """The largest decoder layer's parameters (what FSDP gathers at once)."""
+    max_full_saved_bytes: float = 0.0
+    """The largest fully recomputed layer's working set while it recomputes."""
+
+
+def pipeline_memory(
+    model: ModelSpec,
+    shard: Shard,
+    train: TrainingSpec,
+    capacity_bytes: float,
+    stages: Sequence[StageFootprint],
+    holder: Sequence[Sequence[int]],
+    peak_activation_bytes: Sequence[float],
+) -> MemoryResult:
+    """Bytes per GPU of every pipeline rank: rank r holds model stages `holder[r]` (indices into `stages`) and at
+    its peak `peak_activation_bytes[r]` of their activations (the schedule's in-flight micro-batches)."""
+    max_layer_params = max((s.max_layer_params for s in stages), default=0.0)
+    max_full_saved = max((s.max_full_saved_bytes for s in stages), default=0.0)
+    gathered = gathered_params(train, max_layer_params, lambda: K.all_decoder_layer_ops(model, shard))
+    comm_buffers = comm_buffer_bytes(model, shard, train)
+    edp = expert_dp(train)
+    ranks = []
+    for r, row in enumerate(holder):
+        dense = sum(stages[i].dense_params for i in row)
+        expert = sum(stages[i].expert_params for i in row)
+        states = state_bytes(dense, expert, train, edp, gathered_params=gathered)
+        ranks.append(rank_memory(r, states, peak_activation_bytes[r], max_full_saved, comm_buffers))
+    return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)

@@ -59,12 +59,22 @@ def check_costs(costs: PipelineCosts) -> list[str]:
 
 def _vpp(costs: PipelineCosts) -> int:
     """The virtual pipeline size the costs' chunks stand for: their count where the schedule interleaves, else 1."""
-    spec = SCHEDULES.get(costs.schedule)
-    return costs.chunks_per_rank if spec is not None and spec.interleaves else 1
+    return _vpp_of(costs.schedule, costs.chunks_per_rank)
+
+
+def _vpp_of(schedule: str, n_chunks: int) -> int:
+    spec = SCHEDULES.get(schedule)
+    return n_chunks if spec is not None and spec.interleaves else 1
 
 
 def plan_for(costs: PipelineCosts) -> Plan:
-    return build_plan(costs.schedule, costs.pp, _vpp(costs), costs.num_microbatches, costs.ep_overlap_on())
+    return schedule_plan(costs.schedule, costs.pp, costs.chunks_per_rank, costs.num_microbatches, costs.ep_overlap_on())
+
+
+def schedule_plan(schedule: str, pp: int, n_chunks: int, num_microbatches: int, paired: bool) -> Plan:
+    """The static plan the engines play for a schedule with `n_chunks` model chunks per rank (the memory
+    pre-filter reads its in-flight micro-batches without costs)."""
+    return build_plan(schedule, pp, _vpp_of(schedule, n_chunks), num_microbatches, paired)
 
 
 def simulate(

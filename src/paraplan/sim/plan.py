@@ -256,6 +256,13 @@ def build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired: 
     return _build_large(schedule, pp, vpp, num_microbatches, paired)
 
 
+def peak_live_bytes(plan: Plan, rank: int, chunk_bytes: list[float]) -> float:
+    """The largest sum of `chunk_bytes` (one figure per local chunk of `rank`, per micro-batch) over the (chunk,
+    micro-batch)s alive at once on that rank: the peak activation memory the schedule leaves there."""
+    vectors = plan.inflight_vectors[rank]
+    return float((vectors @ chunk_bytes).max()) if len(vectors) else 0.0
+
+
 @lru_cache(maxsize=1024)
 def _build_small(schedule: str, pp: int, vpp: int, num_microbatches: int, paired: bool) -> Plan:
     return _build_plan(schedule, pp, vpp, num_microbatches, paired)

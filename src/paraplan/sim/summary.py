@@ -6,7 +6,7 @@ import numpy as np
 
 from paraplan.sim.costs import PipelineCosts
 from paraplan.sim.loops import positions_of, rows_of
-from paraplan.sim.plan import Plan
+from paraplan.sim.plan import Plan, peak_live_bytes
 from paraplan.sim.result import Event, SimResult
 from paraplan.sim.tables import DurationTables
 from paraplan.sim.timeline import Timeline
@@ -90,11 +90,7 @@ def summarize(
             plan, costs, tables, tl, critical, busy[critical], pipeline_s, optimizer[post_rank], gather_after[post_rank]
         )
 
-    peak_bytes = []
-    for rank in range(pp):
-        act = [c.activation_bytes for c in costs.chunks[rank]]
-        vectors = plan.inflight_vectors[rank]
-        peak_bytes.append(float((vectors @ act).max()) if len(vectors) else 0.0)
+    peak_bytes = [peak_live_bytes(plan, rank, [c.activation_bytes for c in costs.chunks[rank]]) for rank in range(pp)]
 
     events: tuple[Event, ...] = ()
     if record_events:

@@ -184,7 +184,6 @@ class Evaluator:
             report.illegal += len(options)
             return
         memory = GroupMemory(self.problem.model, system, base_train)
-        limit = self.memory_filter.limit_bytes(system)
         fitting: list[tuple[str, int | None]] = []
         for option in options:
             if prune and any(dominates(f, option) for f in fitting):
@@ -194,7 +193,7 @@ class Evaluator:
             c = base if mode == "none" else base.with_axes(recompute=mode, recompute_layers=layers)
             evaluation = self._cache.get(c)
             if evaluation is None:
-                if memory.peak_bytes(mode, layers) > limit:
+                if not memory.fits(mode, layers):
                     report.memory_rejected += 1
                     continue
                 train = (

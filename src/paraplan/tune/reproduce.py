@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
+
+from paraplan.formats.megatron import megatron_argument_list
+from paraplan.formats.megatron_map import megatron_plan_values
 from paraplan.specs.schedule import SCHEDULES, PipelineSchedule
 from paraplan.specs.training import TrainingSpec
 from paraplan.tune.candidate import Candidate, TuneProblem, to_training
-
-# Megatron-LM / Transformer Engine FP8 recipes (megatron/training/arguments.py: --fp8-format, --fp8-recipe)
-_FP8_RECIPE = {"fp8": "delayed", "fp8_cs": "tensorwise", "fp8_blockwise": "blockwise", "mxfp8": "mxfp8"}
 
 
 def _not_in_megatron(schedule: PipelineSchedule) -> str:
@@ -73,58 +74,13 @@ def paraplan_command(problem: TuneProblem, num_gpus: int, t: TrainingSpec) -> st
 
 
 def megatron_args(problem: TuneProblem, t: TrainingSpec) -> str:
-    """Megatron-LM (megatron/training/arguments.py) flags for the parallel plan; model flags omitted."""
-    args = [
-        f"--tensor-model-parallel-size {t.tp}",
-        f"--pipeline-model-parallel-size {t.pp}",
-        f"--context-parallel-size {t.cp}",
-    ]
-    if SCHEDULES[t.pipeline_schedule].interleaves and t.vpp > 1:
-        args.append(f"--num-virtual-stages-per-pipeline-rank {t.vpp}")
-    if problem.model.is_moe:
-        args.append(f"--expert-model-parallel-size {t.ep} --expert-tensor-parallel-size {t.etp}")
-    args.append(f"--micro-batch-size {t.mbs} --global-batch-size {t.gbs} --seq-length {t.seq}")
-    if t.sequence_parallel:
-        args.append("--sequence-parallel")
-    if t.recompute_granularity == "selective":
-        args.append("--recompute-granularity selective")
-    elif t.recompute_granularity == "full":
-        if t.recompute_num_layers is None:
-            args.append("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
-        else:
-            args.append(
-                f"--recompute-granularity full --recompute-method block --recompute-num-layers {t.recompute_num_layers}"
-            )
-    if t.fsdp:
-        args.append("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params")
-    elif t.zero_stage == 2:
-        args.append("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads")
-    elif t.use_distributed_optimizer:
-        args.append("--use-distributed-optimizer")
-    if t.overlap_grad_reduce:
-        args.append("--overlap-grad-reduce")
-    if t.overlap_param_gather:
-        args.append("--overlap-param-gather")
-    if t.tp_comm_overlap:
-        args.append("--tp-comm-overlap")
-    if t.moe_ep_overlap:
-        args.append("--overlap-moe-expert-parallel-comm")
-    if problem.model.is_moe and t.moe_token_dispatcher_type == "flex":
-        args.append("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep")
-    if t.cross_entropy_fusion:
-        args.append("--cross-entropy-loss-fusion")
-    if t.account_for_embedding_in_pipeline_split:
-        args.append("--account-for-embedding-in-pipeline-split")
-    if t.account_for_loss_in_pipeline_split:
-        args.append("--account-for-loss-in-pipeline-split")
-    if t.precision in _FP8_RECIPE:
-        args.append(f"--bf16 --fp8-format hybrid --fp8-recipe {_FP8_RECIPE[t.precision]}")
-    elif t.precision == "nvfp4":
-        args.append("--bf16 --fp4-format e2m1")
-    else:
-        args.append(f"--{t.precision}")
-    if t.attention_backend == "flash":
-        args.append("--attention-backend flash")
-    text = " ".join(args)
-    note = _not_in_megatron(SCHEDULES[t.pipeline_schedule])
-    return f"{text}  # {note}" if note else text
+    """Megatron-LM (megatron/training/arguments.py) flags for the parallel plan, model flags omitted: the Megatron
+    writer's own values (`formats.megatron_map.megatron_plan_values`), and after a `#` what Megatron-LM cannot
+    run as planned (a schedule it does not have)."""
+    values, gaps = megatron_plan_values(problem.model, problem.systems[0], t)
+    text = shlex.join(megatron_argument_list(values))
+    notes = [gap for gap in gaps if not gap.startswith("pipeline schedule")]
+    schedule_note = _not_in_megatron(SCHEDULES[t.pipeline_schedule])
+    if schedule_note:  # the writer's gap says Megatron runs 1F1B; say where the schedule runs instead
+        notes.insert(0, schedule_note)
+    return f"{text}  # {'; '.join(notes)}" if notes else text

@@ -21,7 +21,7 @@ from paraplan.specs.training import TrainingSpec
 from paraplan.tune.candidate import Candidate, TuneProblem, from_training
 from paraplan.tune.evaluate import Evaluation, Evaluator, Task, TaskReport
 from paraplan.tune.executors import Executor, SerialExecutor, make_executor
-from paraplan.tune.memfilter import DEFAULT_SLACK, MemoryFilter
+from paraplan.tune.memfilter import MemoryFilter
 from paraplan.tune.optuna_search import OBJECTIVES, optuna_available
 from paraplan.tune.proposer import LLMConfig, LLMProposer
 from paraplan.tune.seed import seed_plan
@@ -57,7 +57,6 @@ class TuneOptions:
     llm_rounds: int = 2
     seed: int = 0
     groups_per_task: int = 32
-    memory_slack: float = DEFAULT_SLACK
     seed_planner: bool = True
 
     def problems(self) -> list[str]:
@@ -304,7 +303,7 @@ def tune(
         problem=problem,
         options=options,
         space=space,
-        evaluator=Evaluator(problem, space, MemoryFilter(options.memory_slack)),
+        evaluator=Evaluator(problem, space, MemoryFilter()),
         ledger=_Ledger(study, progress, started),
         study=study,
         deadline=None if options.time_limit_s is None else started + options.time_limit_s,

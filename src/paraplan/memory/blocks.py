@@ -1,0 +1,50 @@
+"""What one block of operators (a layer, the embedding, the head) leaves on a GPU for one micro-batch: its
+parameters, split into those replicated over data parallelism and the experts' (replicated over expert data
+parallelism), and the activations it saves for backward under a recompute mode (`memory.activations`).
+
+The cost model (`cost.block.block_cost`) and the tuner's memory pre-filter both read these figures from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from paraplan.graph.backward import is_weightless_gemm
+from paraplan.graph.ops import Op, OpKind
+from paraplan.memory.activations import saved_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BlockMemory:
+    dense_params: int
+    """Parameters on this GPU, replicated over DP."""
+    expert_params: int
+    """Expert parameters on this GPU, replicated over expert DP."""
+    saved_bytes: float
+    """Activations kept per in-flight micro-batch under the block's recompute mode."""
+    full_saved_bytes: float
+    """What it would keep without recompute (the working set while recomputing)."""
+
+
+def weight_params(op: Op) -> int:
+    if op.kind is not OpKind.GEMM or op.gemm is None or is_weightless_gemm(op):
+        return 0
+    return op.gemm.k * op.gemm.n * op.gemm.count
+
+
+def block_memory(forward: Sequence[Op], recompute: str, layer_input_bytes: float) -> BlockMemory:
+    """`recompute`: "none", "selective" or "full" (only the block input, `layer_input_bytes`, is kept)."""
+    dense_params = expert_params = 0
+    for op in forward:
+        n = weight_params(op)
+        if op.expert:
+            expert_params += n
+        else:
+            dense_params += n
+    return BlockMemory(
+        dense_params=dense_params,
+        expert_params=expert_params,
+        saved_bytes=saved_bytes(forward, recompute, layer_input_bytes),
+        full_saved_bytes=sum(op.saved_bytes for op in forward),
+    )
