@@ -9,12 +9,14 @@ from paraplan.graph import layers as L
 from paraplan.graph.partition import VirtualStage
 from paraplan.projection import stage_costs
 from paraplan.specs.presets import model_preset, system_preset
+from paraplan.specs.training import TrainingSpec
 
 H100 = system_preset("h100-sxm5-80gb", 16)
 
 
 def _setup(model: str = "llama3.1-8b", **values) -> TrainSetup:
-    return TrainSetup(model_preset(model), 2048, 1, 32, **values)
+    train = TrainingSpec().with_values(seq=2048, mbs=1, gbs=32, **values)
+    return TrainSetup(model_preset(model), train)
 
 
 @pytest.mark.parametrize("slowest", [True, False])
@@ -44,7 +46,7 @@ def test_the_first_stage_holds_the_embedding_table() -> None:
 def test_the_last_stage_holds_the_mtp_modules() -> None:
     model = model_preset("deepseek-v3")
     assert model.mtp_num_layers
-    with_mtp = TrainSetup(model, 4096, 1, 64)
+    with_mtp = TrainSetup(model, TrainingSpec().with_values(seq=4096, mbs=1, gbs=64))
     without = replace(with_mtp, model=replace(model, mtp_num_layers=0))
     system = system_preset("h200-sxm-141gb", 8)
     n = model.num_layers
@@ -70,7 +72,7 @@ def test_balanced_layout_covers_every_layer() -> None:
 
 @pytest.mark.parametrize("distributed_optimizer", [True, False])
 def test_data_parallel_sync_is_the_projection_stage(distributed_optimizer: bool) -> None:
-    setup = _setup(distributed_optimizer=distributed_optimizer)
+    setup = _setup(use_distributed_optimizer=distributed_optimizer)
     stages = pipeline_stages(setup, [("a", H100)] * 2, 2)
     assert stages is not None
     reduce_s, gather_s, optimizer_s = stage_sync(setup, H100, 2, stages, 0, 4)
