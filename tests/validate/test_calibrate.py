@@ -219,3 +219,20 @@ def test_the_shipped_not_fitted_figures_are_marked_so() -> None:
     assert block["memory_mape_pct"]
     not_fitted = set(block["step_time_mape_pct"]) | set(block["memory_mape_pct"])
     assert not not_fitted & (set(table["fitted_mape_pct"]) | set(table["held_out_mape_pct"]))
+
+
+def test_cross_validation_scores_the_report_only_and_memory_rows_with_the_final_fit(public_csv) -> None:
+    from paraplan.validate.calibrate import leave_one_source_out, provenance_table
+
+    rows = read_rows(public_csv)
+    take = {"Korthikanti2022_Table5": 4, "Narayanan2021_SC21_Table1": 4, "MegatronBridge_perf_summary_26.02": 2,
+            "torchtitan_benchmarks_202412": 2}  # fmt: skip
+    chosen = [r for source, n in take.items() for r in [r for r in rows if r["source"] == source][:n]]
+    cv = leave_one_source_out(chosen, max_evaluations=3)
+    assert set(cv.held_out) == set(cv.fitted) == {"Korthikanti2022_Table5", "Narayanan2021_SC21_Table1"}
+    assert set(cv.report_only) == {"MegatronBridge_perf_summary_26.02"}
+    assert set(cv.memory) == {"torchtitan_benchmarks_202412"}
+    assert set(cv.scope) == set(take)  # the scope speaks for every source, fitted or not
+    block = provenance_table(cv, "runs.csv")["not_fitted"]
+    assert block["step_time_mape_pct"] == {k: round(v, 2) for k, v in cv.report_only.items()}
+    assert set(block["memory_mape_pct"]) == {"torchtitan_benchmarks_202412"}

@@ -260,30 +260,40 @@ def _print_memory(result: ValidationReport, show_rows: bool) -> None:
 
 
 def _print(result: ValidationReport, show_rows: bool) -> None:
+    time_rows = bool(result.rows) or not result.memory_rows  # a memory-only selection has no step-time table
     if show_rows:
-        table = Table(title="per row")
-        for col in ("id", "source", "metric", "measured", "predicted", "error %"):
-            table.add_column(col)
-        for r in result.rows:
-            table.add_row(r.id, r.source, r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{r.error_pct:+.1f}")
-        console.print(table)
+        if time_rows:
+            table = Table(title="per row")
+            for col in ("id", "source", "metric", "measured", "predicted", "error %"):
+                table.add_column(col)
+            for r in result.rows:
+                table.add_row(
+                    r.id, r.source, r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{r.error_pct:+.1f}"
+                )
+            console.print(table)
         assumed = Table(title="settings the sources leave out: their framework's defaults (validate/measured.py)")
         assumed.add_column("source")
         assumed.add_column("assumed")
         for name, items in result.assumed_by_source().items():
             assumed.add_row(name, "; ".join(items))
         console.print(assumed)
-    table = Table(title="error per source")
-    table.add_column("source")
-    table.add_column("rows", justify="right")
-    table.add_column("MAPE %", justify="right")
-    for name, stats in result.per_source().items():
-        table.add_row(name, str(stats["n"]), f"{stats['mape_pct']:.1f}")
-    table.add_row("[bold]source-balanced[/]", str(len(result.rows)), f"[bold]{result.mape_pct:.1f}[/]")
-    console.print(table)
-    console.print(f"Kendall tau within (model, GPU, GPU count) groups: {result.kendall_tau():.3f}")
-    for line in ranking_lines(result) + report_only_lines(result):
-        console.print(line)
+    if time_rows:
+        table = Table(title="error per source")
+        table.add_column("source")
+        table.add_column("rows", justify="right")
+        table.add_column("MAPE %", justify="right")
+        for name, stats in result.per_source().items():
+            table.add_row(name, str(stats["n"]), f"{stats['mape_pct']:.1f}")
+        table.add_row("[bold]source-balanced[/]", str(len(result.rows)), f"[bold]{result.mape_pct:.1f}[/]")
+        if result.report_only_per_source() and result.fitted_per_source():
+            rows = sum(int(v["n"]) for v in result.fitted_per_source().values())
+            table.add_row(
+                "[bold]source-balanced, fitted sources[/]", str(rows), f"[bold]{result.fitted_mape_pct:.1f}[/]"
+            )
+        console.print(table)
+        console.print(f"Kendall tau within (model, GPU, GPU count) groups: {result.kendall_tau():.3f}")
+        for line in ranking_lines(result) + report_only_lines(result):
+            console.print(line)
     _print_memory(result, show_rows)
     if result.skipped:
         skipped = Table(title=f"rows not projected ({len(result.skipped)})")

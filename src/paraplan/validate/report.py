@@ -122,7 +122,7 @@ class ValidationReport:
         """Per source, each setting its rows were projected with that the source leaves out (a framework's default,
         or a choice the row's own data implies), with every value the rows took."""
         out: dict[str, dict[str, dict[str, None]]] = defaultdict(dict)
-        for r in self.rows:
+        for r in [*self.rows, *self.memory_rows]:
             for item in r.assumed:
                 out[r.source].setdefault(item.key, {})[item.value_text] = None
         return {
