@@ -9,7 +9,9 @@ from typer.testing import CliRunner
 from paraplan.cli.main import app
 from paraplan.errors import ConfigError
 from paraplan.validate.measured import read_rows, run_from_row
+from paraplan.validate.memory import LAST_RANK, MAX_OVER_GPUS
 from paraplan.validate.report import validate_rows
+from paraplan.validate.sources import REPORT_ONLY_SOURCES
 
 runner = CliRunner()
 
@@ -17,9 +19,9 @@ runner = CliRunner()
 def test_every_complete_row_is_projected_or_listed(public_csv) -> None:
     rows = read_rows(public_csv)
     report = validate_rows(rows)
-    assert len(report.rows) + len(report.skipped) == len(rows)
+    assert len(report.rows) + len(report.memory_rows) + len(report.skipped) == len(rows)
     complete = [r["id"] for r in rows if r["complete"] == "1"]
-    projected = {r.id for r in report.rows}
+    projected = {r.id for r in report.rows} | {r.id for r in report.memory_rows}
     skipped = dict(report.skipped)
     for row_id in complete:
         assert row_id in projected or skipped[row_id]
@@ -38,10 +40,68 @@ def test_json_shape(public_csv) -> None:
 
 
 def test_source_balanced_mape_first_milestone(public_csv) -> None:
+    """The milestone is on the step time of the sources the calibration fits. The report-only source (Megatron-
+    Bridge 26.02, held out forward in time) and the measured memory are printed, not asserted: issue 33 is where
+    the memory model is fixed."""
     report = validate_rows(read_rows(public_csv))
-    per_source = report.per_source()
-    print({k: round(v["mape_pct"], 1) for k, v in per_source.items()}, round(report.mape_pct, 2))
-    assert report.mape_pct <= 15.0
+    fitted = report.fitted_per_source()
+    assert fitted and not set(fitted) & set(REPORT_ONLY_SOURCES)
+    print("step time, fitted sources:", {k: round(v["mape_pct"], 1) for k, v in fitted.items()})
+    print(f"step time, source-balanced over the fitted sources: {report.fitted_mape_pct:.2f}%")
+    for source, stats in report.report_only_per_source().items():
+        print(f"step time, {source} (not fitted: forward in time): {stats['mape_pct']:.2f}% over {stats['n']} rows")
+    for source, stats in report.memory_per_source().items():
+        print(f"memory, {source}: MAPE {stats['mape_pct']:.1f}%, mean error {stats['mean_error_pct']:+.1f}%")
+    assert report.fitted_mape_pct <= 15.0
+
+
+def test_memory_rows_are_scored_apart_from_step_time(public_csv) -> None:
+    rows = read_rows(public_csv)
+    memory = [r for r in rows if r["metric"] == "memory_gib"]
+    assert memory
+    report = validate_rows(memory)
+    assert not report.rows and report.memory_rows  # never in the step-time MAPE, tau or ranking
+    assert {r.source for r in report.memory_rows} == {"torchtitan_benchmarks_202412", "megatron_lm_functional_golden"}
+    assert (
+        len(report.memory_rows) + len(report.memory_skipped)
+        == len(memory)
+        == len(report.memory_rows) + len(report.skipped)
+    )
+    for row in report.memory_rows:
+        if row.source == "megatron_lm_functional_golden":  # the last rank: the last pipeline stage
+            assert row.reading.gpu == LAST_RANK and row.reading.quantity == "allocated"
+            assert row.compared_rank == row.pipeline_ranks - 1
+        else:  # torchtitan: the max over all GPUs of the peak reserved memory
+            assert row.reading.gpu == MAX_OVER_GPUS and row.reading.quantity == "reserved"
+    skipped = dict(report.memory_skipped)
+    assert "p1827" in skipped and "etp" in skipped["p1827"]  # the notes' ETP1 has no column: etp = tp is refused
+
+
+def test_a_last_rank_figure_is_compared_with_the_last_pipeline_stage() -> None:
+    from paraplan.memory.model import GIB, MemoryResult, RankMemory
+    from paraplan.validate.memory import memory_row, reading_of
+
+    memory = MemoryResult((RankMemory(0, {"a": 30 * GIB}), RankMemory(1, {"a": 20 * GIB})), 80 * GIB)
+    last = memory_row("x", "S", 25.0, "peak allocated of the LAST rank (last PP stage)", memory, ())
+    assert (last.predicted_gib, last.compared_rank, last.error_pct) == (20.0, 1, -20.0)
+    most = memory_row("y", "S", 25.0, "peak reserved, max over all GPUs", memory, ())
+    assert (most.predicted_gib, most.compared_rank) == (30.0, 0) and most.reading.quantity == "reserved"
+    unstated = reading_of("no word on which GPU")
+    assert unstated.gpu == MAX_OVER_GPUS and not unstated.stated and unstated.quantity == "unstated"
+
+
+def test_json_has_the_memory_section_and_the_fitted_sources_figure(public_csv) -> None:
+    result = runner.invoke(
+        app, ["validate", "--data", str(public_csv), "--source", "megatron_lm_functional_golden", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["rows"] == [] and out["per_source"] == {}  # memory rows stay out of the step-time score
+    memory = out["memory"]
+    assert set(memory["per_source"]) == {"megatron_lm_functional_golden"}
+    assert memory["rows"] and {"measured", "predicted", "error_pct", "compared_with"} <= set(memory["rows"][0])
+    assert "p1827" in {s["id"] for s in memory["skipped"]}
+    assert {"fitted_sources_mape_pct", "report_only"} <= set(out)
 
 
 def test_error_is_signed_and_scored_per_source(tmp_path) -> None:

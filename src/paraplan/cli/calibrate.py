@@ -52,6 +52,10 @@ def calibrate(
             grid.add_row(source, f"{cv.fitted.get(source, float('nan')):.1f}", f"{cv.held_out[source]:.1f}")
         grid.add_row("[bold]source-balanced[/]", f"{cv.fitted_mape_pct:.1f}", f"{cv.held_out_mape_pct:.1f}")
         console.print(grid)
+        for source, mape in sorted(cv.report_only.items()):
+            console.print(f"not fitted (report-only), {source}: step-time MAPE {mape:.1f}%")
+        for source, mape in sorted(cv.memory.items()):
+            console.print(f"not fitted (memory_gib), {source}: memory MAPE {mape:.1f}%")
     text = yaml.safe_dump(table, sort_keys=True)
     if out:
         Path(out).write_text(text)

@@ -16,6 +16,7 @@ from paraplan.validate.decompose import CellFit, by_source, cell_fits, depth_by_
 from paraplan.validate.measured import read_rows
 from paraplan.validate.ranking import order_agreement, summary_line
 from paraplan.validate.report import ValidationReport, check_attribute, profile_projector, validate_rows
+from paraplan.validate.sources import REPORT_ONLY_SOURCES
 
 
 def validate(
@@ -186,17 +187,22 @@ def ranking_lines(result: ValidationReport) -> list[str]:
 
 def markdown_table(result: ValidationReport, held_out: dict[str, float] | None = None) -> str:
     """The per-source table of the README; `held_out`: each source's leave-one-source-out MAPE from the
-    calibration's cross-validation (calibration.yaml), a column of its own when given."""
-    per_source = result.per_source()
-    held = held_out if held_out and set(per_source) <= set(held_out) else {}
+    calibration's cross-validation (calibration.yaml), a column of its own when given. The source-balanced row is
+    over the sources the calibration fits; the report-only sources (not fitted) follow it, and the measured memory
+    has a table of its own."""
+    fitted = result.fitted_per_source()
+    held = held_out if held_out and fitted and set(fitted) <= set(held_out) else {}
     lines = [
         "| source | rows | MAPE % |" + (" held-out MAPE % |" if held else ""),
         "|---|---:|---:|" + ("---:|" if held else ""),
     ]
-    for name, stats in per_source.items():
+    for name, stats in fitted.items():
         lines.append(f"| {name} | {stats['n']} | {stats['mape_pct']:.1f} |" + (f" {held[name]:.1f} |" if held else ""))
-    mean_held = f" **{sum(held[n] for n in per_source) / len(per_source):.2f}** |" if held else ""
-    lines.append(f"| **source-balanced** | {len(result.rows)} | **{result.mape_pct:.2f}** |" + mean_held)
+    mean_held = f" **{sum(held[n] for n in fitted) / len(fitted):.2f}** |" if held else ""
+    rows = sum(int(v["n"]) for v in fitted.values())
+    lines.append(f"| **source-balanced** | {rows} | **{result.fitted_mape_pct:.2f}** |" + mean_held)
+    for name, stats in result.report_only_per_source().items():
+        lines.append(f"| {name} (not fitted) | {stats['n']} | {stats['mape_pct']:.1f} |" + (" - |" if held else ""))
     lines.append("")
     lines.append(
         f"Kendall tau within (model, GPU, GPU count) groups: {result.kendall_tau():.3f} (all), "
@@ -205,36 +211,90 @@ def markdown_table(result: ValidationReport, held_out: dict[str, float] | None =
         f"{result.kendall_tau('vTrain', fixed_batch=True):.3f} (vTrain)."
     )
     lines += ranking_lines(result)
+    lines += report_only_lines(result)
+    if result.memory_rows:
+        lines += ["", "| memory source (peak per GPU) | rows | MAPE % | mean error % |", "|---|---:|---:|---:|"]
+        for name, stats in result.memory_per_source().items():
+            lines.append(f"| {name} | {stats['n']} | {stats['mape_pct']:.1f} | {stats['mean_error_pct']:+.1f} |")
     if result.skipped:
         lines.append(f"Rows not projected: {len(result.skipped)} (listed by `paraplan validate --rows`).")
     return "\n".join(lines)
 
 
+def report_only_lines(result: ValidationReport) -> list[str]:
+    """The sources scored but never fitted, with why (`paraplan.validate.sources.REPORT_ONLY_SOURCES`)."""
+    return [
+        f"Not fitted, {name} ({REPORT_ONLY_SOURCES[name]}): MAPE {stats['mape_pct']:.1f}% over {stats['n']} rows."
+        for name, stats in result.report_only_per_source().items()
+    ]
+
+
+def _print_memory(result: ValidationReport, show_rows: bool) -> None:
+    """Measured peak memory per GPU against the projection's, apart from step time (`paraplan.validate.memory`)."""
+    if show_rows and result.memory_rows:
+        _print_table(
+            "memory per row (GiB): measured / projected",
+            ("id", "source", "measured is", "compared with", "measured", "projected", "error %"),
+            [
+                (
+                    r.id,
+                    r.source,
+                    f"peak {r.reading.quantity}, {r.reading.gpu}",
+                    r.compared,
+                    f"{r.measured_gib:.1f}",
+                    f"{r.predicted_gib:.1f}",
+                    f"{r.error_pct:+.1f}",
+                )
+                for r in result.memory_rows
+            ],
+        )
+    if result.memory_rows:
+        _print_table(
+            "memory error per source (peak per GPU, scored apart from step time)",
+            ("source", "rows", "MAPE %", "mean error %"),
+            [
+                (name, str(stats["n"]), f"{stats['mape_pct']:.1f}", f"{stats['mean_error_pct']:+.1f}")
+                for name, stats in result.memory_per_source().items()
+            ],
+        )
+
+
 def _print(result: ValidationReport, show_rows: bool) -> None:
+    time_rows = bool(result.rows) or not result.memory_rows  # a memory-only selection has no step-time table
     if show_rows:
-        table = Table(title="per row")
-        for col in ("id", "source", "metric", "measured", "predicted", "error %"):
-            table.add_column(col)
-        for r in result.rows:
-            table.add_row(r.id, r.source, r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{r.error_pct:+.1f}")
-        console.print(table)
+        if time_rows:
+            table = Table(title="per row")
+            for col in ("id", "source", "metric", "measured", "predicted", "error %"):
+                table.add_column(col)
+            for r in result.rows:
+                table.add_row(
+                    r.id, r.source, r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{r.error_pct:+.1f}"
+                )
+            console.print(table)
         assumed = Table(title="settings the sources leave out: their framework's defaults (validate/measured.py)")
         assumed.add_column("source")
         assumed.add_column("assumed")
         for name, items in result.assumed_by_source().items():
             assumed.add_row(name, "; ".join(items))
         console.print(assumed)
-    table = Table(title="error per source")
-    table.add_column("source")
-    table.add_column("rows", justify="right")
-    table.add_column("MAPE %", justify="right")
-    for name, stats in result.per_source().items():
-        table.add_row(name, str(stats["n"]), f"{stats['mape_pct']:.1f}")
-    table.add_row("[bold]source-balanced[/]", str(len(result.rows)), f"[bold]{result.mape_pct:.1f}[/]")
-    console.print(table)
-    console.print(f"Kendall tau within (model, GPU, GPU count) groups: {result.kendall_tau():.3f}")
-    for line in ranking_lines(result):
-        console.print(line)
+    if time_rows:
+        table = Table(title="error per source")
+        table.add_column("source")
+        table.add_column("rows", justify="right")
+        table.add_column("MAPE %", justify="right")
+        for name, stats in result.per_source().items():
+            table.add_row(name, str(stats["n"]), f"{stats['mape_pct']:.1f}")
+        table.add_row("[bold]source-balanced[/]", str(len(result.rows)), f"[bold]{result.mape_pct:.1f}[/]")
+        if result.report_only_per_source() and result.fitted_per_source():
+            rows = sum(int(v["n"]) for v in result.fitted_per_source().values())
+            table.add_row(
+                "[bold]source-balanced, fitted sources[/]", str(rows), f"[bold]{result.fitted_mape_pct:.1f}[/]"
+            )
+        console.print(table)
+        console.print(f"Kendall tau within (model, GPU, GPU count) groups: {result.kendall_tau():.3f}")
+        for line in ranking_lines(result) + report_only_lines(result):
+            console.print(line)
+    _print_memory(result, show_rows)
     if result.skipped:
         skipped = Table(title=f"rows not projected ({len(result.skipped)})")
         skipped.add_column("id")

@@ -141,6 +141,22 @@ def mape_bars(result: ValidationReport, stats: dict[str, dict[str, float]]) -> B
     )
 
 
+def memory_table(result: ValidationReport) -> Table:
+    """Measured peak memory per GPU, scored apart from step time (`paraplan.validate.memory`)."""
+    rows = tuple(
+        (s, f"{v['n']:.0f}", f"{v['mape_pct']:.1f}", f"{v['mean_error_pct']:+.1f}")
+        for s, v in result.memory_per_source().items()
+    )
+    return Table(
+        title="Peak memory per GPU, per source (scored apart from step time)",
+        columns=("source", "rows", "MAPE %", "mean error %"),
+        rows=rows,
+        numeric_columns=(1, 2, 3),
+        caption="Each row is compared with the projected GPU its notes name: the last pipeline rank for a last-rank "
+        "figure, else the peak over the ranks. Reserved and allocated memory differ (the caching allocator).",
+    )
+
+
 def build_validate(result: ValidationReport, title: str = "") -> Report:
     sources = sorted({r.source for r in result.rows})
     colors = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(sources)}
@@ -162,6 +178,8 @@ def build_validate(result: ValidationReport, title: str = "") -> Report:
         )
         figures.append(mape_bars(result, stats))
     figures.append(error_table(result, stats))
+    if result.memory_rows:
+        figures.append(memory_table(result))
     return Report(
         title=title or "Validation against measured runs",
         subtitle=f"{len(result.rows)} runs projected from {len(sources)} sources; {len(result.skipped)} rows skipped",

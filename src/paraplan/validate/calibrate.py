@@ -22,6 +22,7 @@ from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.validate.measured import MeasuredRun, run_from_row
 from paraplan.validate.ranking import GapBin, order_agreement
 from paraplan.validate.report import ValidationReport, validate_rows
+from paraplan.validate.sources import REPORT_ONLY_SOURCES, fitted_time_rows
 
 # (constant, scope, lower bound, upper bound, prior width): the width is how far (in natural-log units) the
 # documented default is trusted. Efficiencies and the launch time per op are physical quantities whose
@@ -159,15 +160,19 @@ def _complete(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def _fittable_runs(rows: list[dict[str, str]]) -> list[tuple[dict[str, str], MeasuredRun]]:
-    return [(row, run) for row, run in _projectable(rows) if (row.get("complete") or "1").strip() != "0"]
+    return [
+        (row, run) for row, run in _projectable(fitted_time_rows(rows)) if (row.get("complete") or "1").strip() != "0"
+    ]
 
 
 def fittable(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """Rows the constants are fitted on: projectable, and complete as their source states them. A row the source
-    marks incomplete (complete=0) but whose framework's semantics fill the gap (Megatron-LM 2020's batch per
-    model instance) is validated, not fitted: a constant fitted on it would learn the assumption as well. With
-    them in the fit, Volta's GEMM efficiency went to its 0.95 bound and Megatron-LM's step overhead to 99 ms,
-    which cost Korthikanti's 2022 rows 1.3 points (3.9% -> 5.1%)."""
+    """Rows the constants are fitted on: step-time and throughput rows (memory rows are scored apart) of the
+    sources that are not report-only (`validate.sources.REPORT_ONLY_SOURCES`: Megatron-Bridge 26.02 is the forward-
+    in-time test), projectable, and complete as their source states them. A row the source marks incomplete
+    (complete=0) but whose framework's semantics fill the gap (Megatron-LM 2020's batch per model instance) is
+    validated, not fitted: a constant fitted on it would learn the assumption as well. With them in the fit, Volta's
+    GEMM efficiency went to its 0.95 bound and Megatron-LM's step overhead to 99 ms, which cost Korthikanti's 2022
+    rows 1.3 points (3.9% -> 5.1%)."""
     return [row for row, _ in _fittable_runs(rows)]
 
 
@@ -255,6 +260,9 @@ class CrossValidation:
     scope: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # source -> its GPU families, frameworks
     # how often held-out projections order two layouts of one job right, by their projected gap
     ranking: list[GapBin] = field(default_factory=list)
+    # scored with the final fit, never fitted: report-only sources' step-time MAPE, memory sources' MAPE
+    report_only: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, float] = field(default_factory=dict)
 
     @property
     def held_out_mape_pct(self) -> float:
@@ -288,9 +296,11 @@ def _held_out(args: tuple[list[dict[str, str]], str, int]) -> tuple[str, Validat
 
 
 def leave_one_source_out(rows: list[dict[str, str]], max_evaluations: int = 400, workers: int = 1) -> CrossValidation:
-    """Fit without each source in turn and score it; then fit on all. `workers` > 1 runs the held-out
-    fits in a process pool."""
-    rows = _complete(rows)
+    """Fit without each source in turn and score it; then fit on all. Only the rows `fittable` allows take part;
+    the report-only sources and the memory rows are scored with the final fit (`CrossValidation.report_only`,
+    `.memory`). `workers` > 1 runs the held-out fits in a process pool."""
+    every = _complete(rows)
+    rows = _complete(fitted_time_rows(every))
     sources = sorted({r["source"] for r in rows})
     jobs = [(rows, source, max_evaluations) for source in sources]
     if workers > 1:
@@ -305,7 +315,32 @@ def leave_one_source_out(rows: list[dict[str, str]], max_evaluations: int = 400,
     final = fit(subsample(rows), max_evaluations)
     full = validate_rows(rows, projector=_projector(final.table))
     fitted_per_source = {k: v["mape_pct"] for k, v in full.per_source().items()}
-    return CrossValidation(held_out, fitted_per_source, final, source_scope(rows), ranking)
+    fitted_ids = {r["id"] for r in rows}
+    rest = validate_rows([r for r in every if r["id"] not in fitted_ids], projector=_projector(final.table))
+    report_only = {k: v["mape_pct"] for k, v in rest.report_only_per_source().items()}
+    memory = {k: v["mape_pct"] for k, v in rest.memory_per_source().items()}
+    return CrossValidation(held_out, fitted_per_source, final, source_scope(every), ranking, report_only, memory)
+
+
+def not_fitted_table(report: ValidationReport, data_name: str) -> dict[str, Any]:
+    """calibration.yaml's `not_fitted` block: the sources scored with the shipped constants but never fitted (the
+    report-only sources' step-time MAPE and the memory sources' MAPE), as `report` measured them."""
+    return not_fitted_block(
+        {k: v["mape_pct"] for k, v in report.report_only_per_source().items()},
+        {k: v["mape_pct"] for k, v in report.memory_per_source().items()},
+        data_name,
+    )
+
+
+def not_fitted_block(report_only: dict[str, float], memory: dict[str, float], data_name: str) -> dict[str, Any]:
+    reasons = "; ".join(f"{s}: {REPORT_ONLY_SOURCES[s]}" for s in sorted(report_only))
+    return {
+        "source": f"scored with the constants above on {data_name} ({date.today().isoformat()}), not fitted: the "
+        f"report-only sources ({reasons}) and measured peak memory per GPU (memory_gib rows, scored apart from "
+        "step time)",
+        "step_time_mape_pct": {k: round(v, 2) for k, v in sorted(report_only.items())},
+        "memory_mape_pct": {k: round(v, 2) for k, v in sorted(memory.items())},
+    }
 
 
 def provenance_table(cv: CrossValidation, data_name: str) -> dict[str, Any]:
@@ -319,6 +354,8 @@ def provenance_table(cv: CrossValidation, data_name: str) -> dict[str, Any]:
     table["held_out_mape_pct"] = {k: round(v, 2) for k, v in cv.held_out.items()}
     table["fitted_mape_pct"] = {k: round(v, 2) for k, v in cv.fitted.items()}
     table["source_scope"] = cv.scope
+    if cv.report_only or cv.memory:
+        table["not_fitted"] = not_fitted_block(cv.report_only, cv.memory, data_name)
     if cv.ranking:
         table["ranking_resolution"] = {
             "source": f"held-out projections of {data_name}: pairs of runs of one job (same source, model, GPU, "

@@ -238,6 +238,11 @@ def _gpu_preset(row: dict[str, str]) -> tuple[str, list[Assumption]]:
     return preset, [Assumption("gpu_preset", preset, why)] if why else []
 
 
+def _megatron_fsdp(row: dict[str, str]) -> bool:
+    """Whether the row's FSDP flavour is Megatron-LM's own (`megatron_fsdp`), not DeepSpeed's ZeRO-3."""
+    return "megatron_fsdp" in (row.get("fsdp") or "").strip().lower()
+
+
 def run_from_row(row: dict[str, str]) -> MeasuredRun:
     fill, used = _batch_fill(row)
     missing = [c for c in REQUIRED_COLUMNS if not ({**row, **fill}.get(c) or "").strip()]
@@ -296,8 +301,9 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
         if zero == 3:
             values["fsdp"] = True
             defaults.pop("use_distributed_optimizer", None)
-            if framework == "megatron-lm":
-                # the ZeRO-3 baseline of Megatron-LM papers (SC21 Table 2) is DeepSpeed's ZeRO-3
+            if framework == "megatron-lm" and not _megatron_fsdp(row):
+                # the ZeRO-3 baseline of Megatron-LM papers (SC21 Table 2) is DeepSpeed's ZeRO-3; a row whose `fsdp`
+                # names Megatron's own FSDP (`--use-megatron-fsdp`, functional tests) stays Megatron-LM
                 values["framework"] = "deepspeed"
                 used.append(Assumption("framework", "deepspeed", "ZeRO-3 runs in Megatron-LM papers use DeepSpeed"))
         # zero 0 under nemo-megatron keeps the recipes' distributed optimizer (FRAMEWORK_DEFAULTS)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from paraplan.errors import ConfigError
 from paraplan.graph.partition import pipeline_split, split_stages
 from paraplan.memory.model import MemoryResult
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.result import Projection
+from paraplan.validate import memory as memory_scores
 from paraplan.validate.measured import Assumption, MeasuredRun, run_from_row
+from paraplan.validate.memory import MemoryRow
+from paraplan.validate.sources import MEMORY_METRIC, REPORT_ONLY_SOURCES, TIME_METRICS
 
 Projector = Callable[[MeasuredRun], Projection]
 
@@ -30,7 +33,7 @@ class RowResult:
     attrs: tuple[tuple[str, str], ...] = ()  # gpu, arch, precision, framework, layout: for error analysis
     global_batch: int = 0
     assumed: tuple[Assumption, ...] = ()  # settings the source leaves out, taken from its framework's defaults
-    microbatches: int = 0  # per pipeline and step (0: a memory row)
+    microbatches: int = 0  # per pipeline and step (0: not known)
     cell: str = ""  # label of the runs that share everything but the global batch (`paraplan.validate.decompose`)
     cell_key: tuple = ()  # what they share: source, model, system and the training spec without its global batch
     depth_key: tuple = ()  # the cell's key without the model's depth (cells that differ only in it: `decompose`)
@@ -48,8 +51,27 @@ class RowResult:
 
 @dataclass(frozen=True)
 class ValidationReport:
-    rows: list[RowResult]
-    skipped: list[tuple[str, str]]
+    rows: list[RowResult]  # step-time and throughput rows: the MAPE, the ranking and the decomposition
+    skipped: list[tuple[str, str]]  # every row not projected (time and memory), with the reason
+    memory_rows: list[MemoryRow] = field(default_factory=list)  # measured peak memory, scored apart
+    memory_skipped: list[tuple[str, str]] = field(default_factory=list)  # the memory rows among `skipped`
+
+    def fitted_per_source(self) -> dict[str, dict[str, float]]:
+        """`per_source` of the sources the calibration fits (`validate.sources.REPORT_ONLY_SOURCES` left out)."""
+        return {s: v for s, v in self.per_source().items() if s not in REPORT_ONLY_SOURCES}
+
+    @property
+    def fitted_mape_pct(self) -> float:
+        """Source-balanced MAPE over the sources the calibration fits: the figure it is judged by."""
+        ps = self.fitted_per_source()
+        return sum(v["mape_pct"] for v in ps.values()) / len(ps) if ps else float("nan")
+
+    def report_only_per_source(self) -> dict[str, dict[str, float]]:
+        """`per_source` of the report-only sources (scored, never fitted: forward in time)."""
+        return {s: v for s, v in self.per_source().items() if s in REPORT_ONLY_SOURCES}
+
+    def memory_per_source(self) -> dict[str, dict[str, float]]:
+        return memory_scores.per_source(self.memory_rows)
 
     def per_source(self) -> dict[str, dict[str, float]]:
         by_source: dict[str, list[float]] = defaultdict(list)
@@ -100,7 +122,7 @@ class ValidationReport:
         """Per source, each setting its rows were projected with that the source leaves out (a framework's default,
         or a choice the row's own data implies), with every value the rows took."""
         out: dict[str, dict[str, dict[str, None]]] = defaultdict(dict)
-        for r in self.rows:
+        for r in [*self.rows, *self.memory_rows]:
             for item in r.assumed:
                 out[r.source].setdefault(item.key, {})[item.value_text] = None
         return {
@@ -139,6 +161,10 @@ class ValidationReport:
             "mape_pct": self.mape_pct,
             "row_mape_pct": self.row_mape_pct,
             "kendall_tau": self.kendall_tau(),
+            # added keys: the step-time figure over the fitted sources, the report-only sources, and memory apart
+            "fitted_sources_mape_pct": self.fitted_mape_pct,
+            "report_only": {s: {**v, "why": REPORT_ONLY_SOURCES[s]} for s, v in self.report_only_per_source().items()},
+            "memory": memory_scores.summary(self.memory_rows, self.memory_skipped),
         }
 
 
@@ -284,24 +310,29 @@ def validate_rows(
         known = sorted({row.get("source", "") for row in rows} - {""})
         raise ConfigError(f"no rows of source '{source}'; the data has: {', '.join(known)}")
     results: list[RowResult] = []
+    memory_rows: list[MemoryRow] = []
     skipped: list[tuple[str, str]] = []
+    memory_skipped: list[tuple[str, str]] = []
     for row in rows:
         if source and row.get("source") != source:
             continue
         try:
             run = run_from_row(row)
-            if run.metric not in ("step_time_s", "tokens_per_sec_per_gpu", "memory_gib"):
+            if run.metric not in (*TIME_METRICS, MEMORY_METRIC):
                 raise ConfigError(f"unknown metric '{run.metric}'")
             proj = projector(run)
         except ConfigError as exc:
             skipped.append((row.get("id", "?"), "; ".join(exc.problems)))
+            if (row.get("metric") or "").strip() == MEMORY_METRIC:
+                memory_skipped.append(skipped[-1])
             continue
-        if run.metric == "step_time_s":
-            predicted = proj.step_time_s
-        elif run.metric == "tokens_per_sec_per_gpu":
-            predicted = proj.tokens_per_sec_per_gpu
-        else:
-            predicted = proj.memory.peak_gib
+        if run.metric == MEMORY_METRIC:  # scored apart: never in the step-time MAPE or the ranking
+            notes = row.get("notes") or ""
+            memory_rows.append(
+                memory_scores.memory_row(run.id, run.source, run.value, notes, proj.memory, run.defaults_used)
+            )
+            continue
+        predicted = proj.step_time_s if run.metric == "step_time_s" else proj.tokens_per_sec_per_gpu
         any_batch = replace(run.train, global_batch_size=0)
         results.append(
             RowResult(
@@ -311,12 +342,12 @@ def validate_rows(
                 measured=run.value,
                 predicted=predicted,
                 group=run.group,
-                measured_step_s=step_time_of(run.metric, run.value, run) if run.metric != "memory_gib" else run.value,
-                predicted_step_s=proj.step_time_s if run.metric != "memory_gib" else predicted,
+                measured_step_s=step_time_of(run.metric, run.value, run),
+                predicted_step_s=proj.step_time_s,
                 attrs=_attributes(run, proj.memory),
                 global_batch=run.train.gbs,
                 assumed=run.defaults_used,
-                microbatches=run.train.num_microbatches if run.metric != "memory_gib" else 0,
+                microbatches=run.train.num_microbatches,
                 cell=_cell_label(run),
                 cell_key=(run.source, run.model, run.system, any_batch),
                 depth_key=(run.source, replace(run.model, name="", num_layers=0), run.system, any_batch),
@@ -324,4 +355,4 @@ def validate_rows(
                 layers_per_rank=_busiest_rank_layers(run),
             )
         )
-    return ValidationReport(results, skipped)
+    return ValidationReport(results, skipped, memory_rows, memory_skipped)
