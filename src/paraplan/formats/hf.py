@@ -3,7 +3,7 @@
 A config.json describes the model only, so reading gives default training settings, and writing picks the
 model_type the core reader maps back to the same shape: llama (dense SwiGLU, `head_dim` when set), mixtral,
 qwen3_moe / qwen2_moe (shared experts), deepseek_v3 (MLA), gpt2 (GELU, LayerNorm, learned positions) and
-gpt_neox (GELU, LayerNorm, rotary).
+gpt_neox (GELU, LayerNorm, rotary), nemotron_h (a hybrid layer pattern: Mamba-2, attention, MLP and MoE blocks).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.formats.common import ReadConfig, SystemHints, finish_gaps, load_text
-from paraplan.specs.hf import load_hf_config
+from paraplan.specs.hf import HF_ACTIVATIONS, HF_LAYER_SYMBOLS, load_hf_config
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
@@ -42,6 +42,8 @@ def hf_config(model: ModelSpec, gaps: list[str]) -> dict[str, Any]:
         "vocab_size": model.vocab_size,
         "tie_word_embeddings": model.tied_embeddings,
     }
+    if model.is_hybrid:
+        return _nemotron_h(model, common, gaps)
     dense_llama = model.activation == "swiglu" and model.norm == "rmsnorm" and model.position == "rope"
     if model.is_mla:
         shared = model.moe_shared_expert_intermediate_size
@@ -138,6 +140,43 @@ def hf_config(model: ModelSpec, gaps: list[str]) -> dict[str, Any]:
     }
     if model.moe_shared_expert_intermediate_size:
         out["shared_expert_intermediate_size"] = model.moe_shared_expert_intermediate_size
+    return out
+
+
+def _nemotron_h(model: ModelSpec, common: dict[str, Any], gaps: list[str]) -> dict[str, Any]:
+    """transformers NemotronHConfig: the pattern both as `hybrid_override_pattern` and as `layers_block_type`."""
+    pattern = model.hybrid_layer_pattern or ""
+    to_type = {symbol: name for name, symbol in HF_LAYER_SYMBOLS.items()}
+    to_act = {ours: theirs for theirs, ours in HF_ACTIVATIONS.items()}
+    if model.activation not in to_act or model.norm != "rmsnorm" or model.position != "none":
+        gaps.append(f"nemotron_h has RMSNorm, no positional embedding and relu2 MLPs (got {model.activation}, "
+                    f"{model.norm}, {model.position})")  # fmt: skip
+    out: dict[str, Any] = {
+        "architectures": ["NemotronHForCausalLM"],
+        "model_type": "nemotron_h",
+        **common,
+        "hybrid_override_pattern": pattern,
+        "layers_block_type": [to_type[symbol] for symbol in pattern],
+        "intermediate_size": model.ffn_hidden_size,
+        "num_key_value_heads": model.kv_groups,
+        "head_dim": model.head_dim,
+        "attention_bias": model.attention_bias,
+        "mlp_hidden_act": to_act.get(model.activation, "relu2"),
+        "ssm_state_size": model.mamba_state_dim,
+        "mamba_num_heads": model.mamba_heads,
+        "mamba_head_dim": model.mamba_head_dim,
+        "n_groups": model.mamba_num_groups,
+        "conv_kernel": model.mamba_conv_kernel,
+        "layer_norm_epsilon": 1e-5,
+    }
+    if model.is_moe:
+        out.update(
+            n_routed_experts=model.num_experts,
+            moe_intermediate_size=model.expert_ffn,
+            num_experts_per_tok=model.moe_router_topk,
+            n_shared_experts=1 if model.moe_shared_expert_intermediate_size else 0,
+            moe_shared_expert_intermediate_size=model.moe_shared_expert_intermediate_size,
+        )
     return out
 
 

@@ -108,6 +108,14 @@ RELEVANT: tuple[Arg, ...] = (
     _a("qk_pos_emb_head_dim", "int"),
     _a("v_head_dim", "int"),
     _a("mtp_num_layers", "int"),
+    # --- hybrid models (pretrain_mamba.py; megatron-core 0.19.2 TransformerConfig and hybrid_layer_allocation)
+    _a("is_hybrid_model", "switch"),
+    _a("hybrid_override_pattern", "str"),
+    _a("hybrid_layer_pattern", "str"),
+    _a("mamba_state_dim", "int"),
+    _a("mamba_head_dim", "int"),
+    _a("mamba_num_groups", "int"),
+    _a("mamba_num_heads", "int"),
     # --- recompute
     _a("recompute_granularity", "str", choices=("full", "selective")),
     _a("recompute_method", "str", choices=("uniform", "block")),

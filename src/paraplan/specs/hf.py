@@ -1,6 +1,7 @@
 """Read a local HuggingFace `config.json` into a ModelSpec, offline.
 
-Architectures: Llama, Mistral, Mixtral, Qwen2/Qwen3, Qwen3-MoE, DeepSeek-V2/V3, GPT-2, GPT-NeoX. Both the
+Architectures: Llama, Mistral, Mixtral, Qwen2/Qwen3, Qwen3-MoE, DeepSeek-V2/V3, GPT-2, GPT-NeoX, and the hybrid
+Mamba-2 models (Nemotron-H, Nemotron 3: `nemotron_h`, with `hybrid_override_pattern` or `layers_block_type`). Both the
 legacy (`rope_scaling`, `torch_dtype`) and newer (`rope_parameters`, `dtype`) keys are accepted; neither
 affects cost, so they are only checked for type.
 """
@@ -26,7 +27,12 @@ _SUPPORTED = {
     "deepseek_v3": "deepseek",
     "gpt2": "gpt2",
     "gpt_neox": "neox",
+    "nemotron_h": "nemotron_h",
 }
+
+# transformers 5.23.0 NemotronHConfig: `layers_block_type` names and their `hybrid_override_pattern` symbols
+HF_LAYER_SYMBOLS = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
+HF_ACTIVATIONS = {"relu2": "squared_relu", "silu": "swiglu", "gelu": "gelu", "relu": "relu"}
 
 
 def _require(cfg: dict[str, Any], path: Path, *keys: str) -> list[str]:
@@ -71,6 +77,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             dropout=True,
             source=str(path),
         )
+    if family == "nemotron_h":
+        return _nemotron_h(cfg, path, name)
     problems = _require(cfg, path, "num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
     if family != "neox":
         problems += _require(cfg, path, "intermediate_size")
@@ -145,3 +153,51 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             **common,
         )
     return ModelSpec(**common)
+
+
+def _nemotron_h(cfg: dict[str, Any], path: Path, name: str) -> ModelSpec:
+    """Nemotron-H / Nemotron 3 (transformers NemotronHConfig): the block pattern from `hybrid_override_pattern` or
+    `layers_block_type`; fields the file leaves out take NemotronHConfig's defaults, as transformers does."""
+    problems = _require(cfg, path, "hidden_size", "num_attention_heads", "vocab_size", "intermediate_size")
+    pattern = cfg.get("hybrid_override_pattern")
+    blocks = cfg.get("layers_block_type") or cfg.get("layer_types")
+    if pattern is None and blocks is not None:
+        unknown = sorted({b for b in blocks if b not in HF_LAYER_SYMBOLS})
+        if unknown:
+            problems.append(f"{path}: layers_block_type has unknown types {unknown} ({', '.join(HF_LAYER_SYMBOLS)})")
+        pattern = "".join(HF_LAYER_SYMBOLS.get(b, "?") for b in blocks)
+    if pattern is None:
+        problems.append(f"{path}: nemotron_h needs 'hybrid_override_pattern' or 'layers_block_type'")
+    act = str(cfg.get("mlp_hidden_act", "relu2"))
+    if act not in HF_ACTIVATIONS:
+        problems.append(f"{path}: mlp_hidden_act '{act}' is not one of {', '.join(HF_ACTIVATIONS)}")
+    if problems:
+        raise ConfigError(problems)
+    assert pattern is not None
+    moe = "E" in pattern
+    shared = cfg.get("moe_shared_expert_intermediate_size", 7688) if cfg.get("n_shared_experts", 1) else 0
+    return ModelSpec(
+        name=name,
+        num_layers=len(pattern),
+        hybrid_layer_pattern=pattern,
+        hidden_size=cfg["hidden_size"],
+        ffn_hidden_size=cfg["intermediate_size"],
+        num_attention_heads=cfg["num_attention_heads"],
+        num_query_groups=cfg.get("num_key_value_heads", 8),
+        kv_channels=cfg.get("head_dim", 128),
+        vocab_size=cfg["vocab_size"],
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        activation=HF_ACTIVATIONS[act],  # type: ignore[arg-type]
+        position="none",
+        attention_bias=bool(cfg.get("attention_bias", False)),
+        mamba_state_dim=cfg.get("ssm_state_size", 128),
+        mamba_head_dim=cfg.get("mamba_head_dim", 64),
+        mamba_num_groups=cfg.get("n_groups", cfg.get("mamba_n_groups", 8)),
+        mamba_num_heads=cfg.get("mamba_num_heads", 128),
+        mamba_conv_kernel=cfg.get("conv_kernel", cfg.get("mamba_d_conv", 4)),
+        num_experts=cfg.get("n_routed_experts", 8) if moe else 0,
+        moe_ffn_hidden_size=cfg.get("moe_intermediate_size", 7688) if moe else None,
+        moe_router_topk=cfg.get("num_experts_per_tok", 2) if moe else 0,
+        moe_shared_expert_intermediate_size=shared if moe else 0,
+        source=str(path),
+    )

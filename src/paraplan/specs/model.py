@@ -9,11 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
-from paraplan.errors import reject_unknown_names
+from paraplan.errors import ConfigError, reject_unknown_names
 
 Activation = Literal["swiglu", "gelu", "squared_relu", "relu", "geglu"]
 Norm = Literal["rmsnorm", "layernorm"]
 Position = Literal["rope", "learned", "alibi", "none"]
+
+# Megatron-core's hybrid layer symbols (megatron-core 0.19.2, models/hybrid/hybrid_layer_allocation.py `Symbols`):
+# one decoder block per character. paraplan models these four; Megatron also has G (Gated DeltaNet), D (DeepSeek
+# sparse attention) and + (MLA), and "|" (pipeline stage boundaries, a training layout) and "/" (MTP patterns).
+MAMBA, ATTENTION, MLP, MOE = "M", "*", "-", "E"
+PATTERN_SYMBOLS = (MAMBA, ATTENTION, MLP, MOE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +62,42 @@ class ModelSpec:
     v_head_dim: int = 0
     # --- multi-token prediction (DeepSeek-V3) ---
     mtp_num_layers: int = 0
+    # --- hybrid models (Nemotron-H, Nemotron 3): Megatron-core `hybrid_layer_pattern` ---
+    hybrid_layer_pattern: str | None = None
+    """One decoder block per character (Megatron's `--hybrid-override-pattern`, now `hybrid_layer_pattern`): M a
+    Mamba-2 mixer, * self-attention, - a dense MLP, E an MoE MLP, each with its own pre-norm and residual. None: every
+    layer is attention + MLP (or MoE). When set, `num_layers` is its length."""
+    # --- Mamba-2 mixer (Dao & Gu 2024); defaults are Megatron-core's (0.19.2 TransformerConfig, MambaMixer) ---
+    mamba_state_dim: int = 128
+    """SSM state size N per head (`mamba_state_dim`, HF `ssm_state_size`)."""
+    mamba_head_dim: int = 64
+    """Head dim P (`mamba_head_dim`)."""
+    mamba_num_groups: int = 8
+    """Groups G sharing B and C (`mamba_num_groups`, HF `n_groups`)."""
+    mamba_num_heads: int | None = None
+    """Heads H (`mamba_num_heads`). None: d_inner / head dim with d_inner = 2 x hidden (MambaMixer's expand=2)."""
+    mamba_conv_kernel: int = 4
+    """Causal conv1d width (MambaMixer `d_conv=4`, HF `conv_kernel`)."""
     source: str = ""
+
+    def __post_init__(self) -> None:
+        pattern = self.hybrid_layer_pattern
+        if pattern is None:
+            return
+        problems = []
+        unknown = sorted(set(pattern) - set(PATTERN_SYMBOLS))
+        if unknown:
+            problems.append(
+                f"hybrid layer pattern symbols {unknown} are not modelled: paraplan knows "
+                f"{', '.join(PATTERN_SYMBOLS)} (M Mamba-2, * attention, - MLP, E MoE); give pipeline stages as "
+                "a pipeline layout, not '|'"
+            )
+        if len(pattern) != self.num_layers:
+            problems.append(f"hybrid layer pattern has {len(pattern)} layers, num_layers is {self.num_layers}")
+        if MOE in pattern and self.num_experts <= 0:
+            problems.append("hybrid layer pattern has MoE layers (E) but the model has no experts")
+        if problems:
+            raise ConfigError(problems)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -91,8 +132,35 @@ class ModelSpec:
     def v_dim(self) -> int:
         return self.v_head_dim if self.is_mla else self.head_dim
 
+    @property
+    def is_hybrid(self) -> bool:
+        """Decoder blocks follow `hybrid_layer_pattern` (one mixer or MLP per block)."""
+        return self.hybrid_layer_pattern is not None
+
+    def layer_symbol(self, index: int) -> str | None:
+        """The hybrid pattern's symbol of decoder block `index` (0-based); None for a plain transformer."""
+        return None if self.hybrid_layer_pattern is None else self.hybrid_layer_pattern[index]
+
+    def pattern_count(self, symbol: str) -> int:
+        return 0 if self.hybrid_layer_pattern is None else self.hybrid_layer_pattern.count(symbol)
+
+    @property
+    def has_mamba(self) -> bool:
+        return self.pattern_count(MAMBA) > 0
+
+    @property
+    def mamba_heads(self) -> int:
+        return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
+
+    @property
+    def mamba_inner(self) -> int:
+        """d_inner = heads x head dim (MambaMixer)."""
+        return self.mamba_heads * self.mamba_head_dim
+
     def is_moe_layer(self, index: int) -> bool:
-        """Whether decoder layer `index` (0-based) is an MoE layer."""
+        """Whether decoder layer `index` (0-based) is an MoE layer (an E block of a hybrid pattern)."""
+        if self.hybrid_layer_pattern is not None:
+            return self.hybrid_layer_pattern[index] == MOE
         if not self.is_moe or index < self.moe_first_k_dense:
             return False
         return (index - self.moe_first_k_dense) % self.moe_layer_freq == 0

@@ -14,7 +14,7 @@ def _ops(model: ModelSpec, shard: L.Shard) -> list[Op]:
 
 
 def _claims(model: ModelSpec, layer: int) -> bool:
-    return model.is_moe_layer(layer)
+    return not model.is_hybrid and model.is_moe_layer(layer)  # a hybrid pattern's E block is `moe_mlp`
 
 
 KIND = LayerKind(name="moe", placement=Placement.LAYER, ops=_ops, claims=_claims)
