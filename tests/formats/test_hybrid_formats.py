@@ -18,6 +18,8 @@ PLANS = {
     "nemotron-h-8b": dict(tp=8, pp=4, sp=True, gbs=64, seq=8192),
     "nemotron-h-56b": dict(tp=8, pp=4, sp=True, gbs=64, seq=8192),
     "nemotron-3-nano-30b-a3b": dict(tp=2, ep=8, sp=True, gbs=64, seq=8192),
+    "qwen3-next-80b-a3b": dict(tp=2, pp=2, ep=16, sp=True, gbs=64, seq=8192),
+    "deepseek-v3.2": dict(tp=1, pp=8, ep=8, gbs=64, seq=8192, pipeline_layout=(8,) * 7 + (5,)),
 }
 
 
@@ -25,14 +27,19 @@ PLANS = {
 def test_megatron_and_hf_round_trip(preset: str) -> None:
     model = model_preset(preset)
     values = dict(PLANS[preset])
-    if values.get("pp", 1) > 1:
+    if values.get("pp", 1) > 1 and "pipeline_layout" not in values:
         values["pipeline_layout"] = balanced_layout(model, values["pp"], values["seq"])
     system = system_preset("h100-sxm5-80gb", 64)
     train = check(model, system, TrainingSpec().with_values(**values))
     result = project_specs(model, system, train)
     text = emit("megatron", model, system, result.train, strict=True)
     assert detect_format(text) == "megatron"
-    assert "--hybrid-override-pattern" in text and "--mamba-num-heads" in text
+    if model.is_hybrid:
+        assert "--hybrid-override-pattern" in text and "--mamba-num-heads" in text
+    elif model.dsa_indexer_n_heads:
+        assert "--experimental-attention-variant dsa" in text and "--dsa-indexer-topk 2048" in text
+    else:
+        assert "--experimental-attention-variant gated_delta_net" in text and "--attention-output-gate" in text
     back = read_config(text, "megatron", num_gpus=64, env={})
     assert back.model is not None and same_shape(back.model, model)
     assert resolve_dp(back.train, system) == result.train  # the '|' carry the pipeline layout
@@ -75,3 +82,18 @@ def test_megatron_pattern_problems_are_named() -> None:
         read_config(base + " --hybrid-override-pattern 'M*M-/M*'", "megatron", num_gpus=8, env={})
     with pytest.raises(ConfigError, match="mamba-state-dim is set without a hybrid layer pattern"):
         read_config(base + " --num-layers 4 --mamba-state-dim 64", "megatron", num_gpus=8, env={})
+
+
+@pytest.mark.parametrize("preset", ["llama4-scout", "llama4-maverick"])
+def test_llama4_round_trips_through_hf_and_megatron_names_the_gap(preset: str) -> None:
+    model = model_preset(preset)
+    system = system_preset("h100-sxm5-80gb", 128)
+    train = check(model, system, TrainingSpec().with_values(tp=8, pp=2, ep=8, etp=1, sp=True, gbs=128, seq=8192))
+    assert train.pipeline_layout is None  # an even split given, kept
+    result = project_specs(model, system, train)
+    hf = read_config(emit("hf", model, system, result.train, strict=True), "hf")
+    assert same_shape(hf.model, model)
+    with pytest.raises(
+        ConfigError, match="chunked attention \\(chunks of 8192, NoPE every 4\\): Megatron-LM has no flag"
+    ):
+        emit("megatron", model, system, result.train, strict=True)

@@ -116,6 +116,18 @@ RELEVANT: tuple[Arg, ...] = (
     _a("mamba_head_dim", "int"),
     _a("mamba_num_groups", "int"),
     _a("mamba_num_heads", "int"),
+    # --- Gated DeltaNet among full attention (megatron-core 0.19.2 TransformerConfig, Qwen3-Next)
+    _a("experimental_attention_variant", "str", choices=("gated_delta_net", "dsa")),
+    _a("linear_attention_freq", "int"),
+    _a("linear_conv_kernel_dim", "int"),
+    _a("linear_key_head_dim", "int"),
+    _a("linear_value_head_dim", "int"),
+    _a("linear_num_key_heads", "int"),
+    _a("linear_num_value_heads", "int"),
+    _a("attention_output_gate", "switch"),
+    _a("dsa_indexer_n_heads", "int"),
+    _a("dsa_indexer_head_dim", "int"),
+    _a("dsa_indexer_topk", "int"),
     # --- recompute
     _a("recompute_granularity", "str", choices=("full", "selective")),
     _a("recompute_method", "str", choices=("uniform", "block")),

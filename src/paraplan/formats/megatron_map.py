@@ -295,6 +295,7 @@ def specs_from_megatron(
     model_fields, model_defaults = _model_fields(v, problems, label, num_layers)
     if hybrid is not None:
         model_fields.update(_hybrid_fields(v, hybrid.replace("|", ""), problems, label))
+    model_fields.update(_linear_attention_fields(v, problems, label))
     spec_model = model_from_fields(model_fields, model_defaults, name, source, problems)
     # ---- batch defaults that need the GPU count
     if "global_batch_size" not in train:
@@ -353,6 +354,46 @@ def _hybrid_fields(v: Mapping[str, Any], pattern: str, problems: Problems, label
             out[dest] = v[dest]
     if "position_embedding_type" not in v and not v.get("use_rotary_position_embeddings"):
         out["position"] = "none"
+    return out
+
+
+GDN_DESTS = (
+    "linear_attention_freq",
+    "linear_conv_kernel_dim",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+)
+
+
+DSA_DESTS = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk")
+
+
+def _linear_attention_fields(v: Mapping[str, Any], problems: Problems, label: Label) -> dict[str, Any]:
+    """Gated DeltaNet layers (`--experimental-attention-variant gated_delta_net`) and the attention output gate."""
+    out: dict[str, Any] = {}
+    if v.get("attention_output_gate"):
+        out["attention_output_gate"] = True
+    variant = v.get("experimental_attention_variant")
+    if variant == "dsa":  # megatron-core 0.19.2: dsa_indexer_n_heads, _head_dim, _topk have no defaults
+        for dest in DSA_DESTS:
+            if dest in v:
+                out[dest] = v[dest]
+            else:
+                problems.add(f"{label('experimental_attention_variant')} dsa needs {label(dest)}")
+    elif variant == "gated_delta_net":
+        if not v.get("linear_attention_freq"):
+            problems.add(
+                f"{label('experimental_attention_variant')} gated_delta_net needs {label('linear_attention_freq')}"
+            )
+        for dest in GDN_DESTS:
+            if dest in v:
+                out[dest] = v[dest]
+    else:
+        for dest in GDN_DESTS:
+            if dest in v:
+                problems.add(f"{label(dest)} is set without {label('experimental_attention_variant')} gated_delta_net")
     return out
 
 
@@ -552,6 +593,21 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
             out["moe_token_dispatcher_type"] = "alltoall"
     if model.mtp_num_layers:
         out["mtp_num_layers"] = model.mtp_num_layers
+    if model.attention_chunk_size:
+        gaps.append(
+            f"chunked attention (chunks of {model.attention_chunk_size}, NoPE every {model.nope_layer_interval}): "
+            "Megatron-LM has no flag for it (Megatron-Bridge's Llama 4 provider sets attention_chunk_size)"
+        )
+    if model.attention_output_gate:
+        out["attention_output_gate"] = True
+    if model.dsa_indexer_n_heads:
+        out["experimental_attention_variant"] = "dsa"
+        for dest in DSA_DESTS:
+            out[dest] = getattr(model, dest)
+    if model.linear_attention_freq:
+        out["experimental_attention_variant"] = "gated_delta_net"
+        for dest in GDN_DESTS:
+            out[dest] = getattr(model, dest)
     if model.is_hybrid:
         out["is_hybrid_model"] = True
         out["hybrid_override_pattern"] = _pattern_with_stages(model.hybrid_layer_pattern or "", train.pipeline_layout)

@@ -19,7 +19,7 @@ from paraplan.graph.ops import CommKind, GemmShape, Op, OpKind, Phase
 # backward's second gather of that linear's sequence-parallel input
 TP_INPUT_GRAD = frozenset({"tp_input_grad"})
 TP_REGATHER = frozenset({"tp_regather"})
-WEIGHTLESS_GEMMS = frozenset({"attn_scores", "attn_context"})
+WEIGHTLESS_GEMMS = frozenset({"attn_scores", "attn_context", "indexer_scores"})
 FLASH_BACKWARD_FLOPS = 2.5
 # A chunked scan's backward (mamba_ssm `ChunkScanCombinedFn.backward`, fla's chunked delta rule) recomputes the chunk
 # states and takes two gradient matmuls per forward matmul: counted like flash attention's, 2.5x the forward FLOPs

@@ -265,10 +265,16 @@ def _softmax(shard: Shard, score_elems: int, attn_batches: int, seq_q: int, seq_
     )
 
 
-def _core_attention(model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int) -> list[Op]:
+def _core_attention(
+    model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int, chunk: int = 0
+) -> list[Op]:
     """Attention scores, softmax and context. Q, K, V are saved by the GEMMs that produce them and the
-    output by the projection that consumes it; this op saves only what is its own."""
+    output by the projection that consumes it; this op saves only what is its own. `chunk`: chunked local attention
+    (Llama 4), each query attending causally within its chunk of that many tokens: the same work as a batch of
+    sequences one chunk long (a last partial chunk counted whole)."""
     b, s, skv = shard.batch, shard.seq, shard.seq_full
+    if 0 < chunk < shard.seq_full:  # context parallelism is refused with chunked attention (specs.validate)
+        b, s, skv = b * -(-shard.seq_full // chunk), chunk, chunk
     shape = AttentionShape(
         batch=b, seq_q=s, seq_kv=skv, heads=heads, kv_heads=kv_heads, head_dim_qk=d_qk, head_dim_v=d_v
     )
@@ -338,22 +344,31 @@ def _cp_exchange(model: ModelSpec, shard: Shard, kv_width: int) -> list[Op]:
     return [_comm("cp_kv_exchange", CommKind.SEND_RECV, CommAxis.CP, shard.cp, nbytes)]
 
 
-def attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
-    """Norm, QKV, rotary, core attention, output projection, residual (GQA/MQA/MHA)."""
+def attention_ops(model: ModelSpec, shard: Shard, chunk: int = 0) -> list[Op]:
+    """Norm, QKV, rotary, core attention, output projection, residual (GQA/MQA/MHA); `chunk`: chunked local
+    attention over chunks of that many tokens (`_core_attention`)."""
     h, t = model.hidden_size, shard.tp
     heads = model.num_attention_heads // t
     kv_heads = max(1, model.kv_groups // t)
     d = model.head_dim
     tokens = shard.tokens
     ops = [_norm("attn_norm", model, shard), *_tp_enter("tp_ag_attn", shard, h)]
-    qkv_width = (heads + 2 * kv_heads) * d
+    # Q, K, V; and the output gate with `attention_output_gate` (Qwen3-Next: sigmoid(gate) x attention output)
+    gate_width = heads * d if model.attention_output_gate else 0
+    qkv_width = (heads + 2 * kv_heads) * d + gate_width
     qkv_saved = shard.act_bytes * tokens * (h / shard.sp_div + qkv_width)  # its input, and Q, K, V for attention
     ops.append(_gemm("qkv", tokens, qkv_width, h, shard, saved=qkv_saved))
     ops += _split_grad("qkv_split", shard, tokens * qkv_width)
     if model.position == "rope":
         ops.append(_rotary(shard, tokens * (heads + kv_heads) * d))
     ops += _cp_exchange(model, shard, 2 * kv_heads * d)
-    ops += _core_attention(model, shard, heads, kv_heads, d, d)
+    ops += _core_attention(model, shard, heads, kv_heads, d, d, chunk)
+    if gate_width:  # read the attention output and the gate, write the gated output; keep the attention output
+        gated = tokens * gate_width
+        ops.append(
+            _elementwise(shard, "attn_output_gate", 3 * shard.act_bytes * gated, saved=shard.act_bytes * gated,
+                         flops=4 * gated)
+        )  # fmt: skip
     ops.append(_gemm("attn_out", tokens, h, heads * d, shard, saved=shard.act_bytes * tokens * heads * d))
     ops += _tp_exit("tp_rs_attn", shard, h)
     ops += _residual("attn_residual", model, shard)
@@ -394,7 +409,13 @@ def mla_attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     ops.append(_gemm("kv_up", tokens, kv_width, kv_rank, shard, saved=kv_saved))
     ops.append(_rotary(shard, tokens * (heads + 1) * d_rope))
     ops += _cp_exchange(model, shard, heads * (d_nope + d_rope + d_v))
-    ops += _core_attention(model, shard, heads, heads, d_nope + d_rope, d_v)
+    if model.dsa_indexer_n_heads:  # DeepSeek sparse attention: the indexer, then MLA over the keys it picks
+        from paraplan.graph import dsa  # noqa: PLC0415 (graph.dsa builds on this module's op helpers)
+
+        ops += dsa.indexer_ops(model, shard)
+        ops += dsa.sparse_core_attention(model, shard, heads, d_nope + d_rope, d_v)
+    else:
+        ops += _core_attention(model, shard, heads, heads, d_nope + d_rope, d_v)
     ops.append(_gemm("attn_out", tokens, h, heads * d_v, shard, saved=shard.act_bytes * tokens * heads * d_v))
     ops += _tp_exit("tp_rs_attn", shard, h)
     ops += _residual("attn_residual", model, shard)
@@ -566,6 +587,7 @@ def _fields(op: Op) -> dict:
     return {s: getattr(op, s) for s in Op.__slots__}
 
 
-def decoder_layer_ops(model: ModelSpec, shard: Shard, moe: bool) -> list[Op]:
-    attn = mla_attention_ops(model, shard) if model.is_mla else attention_ops(model, shard)
+def decoder_layer_ops(model: ModelSpec, shard: Shard, moe: bool, chunk: int = 0) -> list[Op]:
+    """Attention (MLA, or GQA with optional chunked local attention) and a dense or MoE MLP."""
+    attn = mla_attention_ops(model, shard) if model.is_mla else attention_ops(model, shard, chunk)
     return attn + (moe_ops(model, shard) if moe else mlp_ops(model, shard))

@@ -1,9 +1,10 @@
 """Parameter counts of a whole model, from its layer kinds' operators: what a model card's "total" and "active"
 parameters mean, to check presets against their published sizes.
 
-Counted: every weight GEMM (attention, MLP, experts, router, Mamba projections), the embedding table and the LM
-head (once when tied), and the Mamba mixers' small tensors (conv1d, A, D, dt bias, gated norm). Not counted: the
-RMSNorm/LayerNorm weights of the blocks (h per norm, under 0.01% of any preset). Active parameters count top-k of
+Counted: every weight GEMM (attention, MLP, experts, router, Mamba and Gated DeltaNet projections), the embedding
+table and the LM head (once when tied), and the Mamba and Gated DeltaNet mixers' small tensors (conv1d, A, D, dt bias,
+gated norm). Not counted: the RMSNorm/LayerNorm weights of the blocks (h per norm, under 0.01% of any preset), the
+q/k norms and the shared expert's sigmoid gate (h weights per layer, Qwen3-Next). Active parameters count top-k of
 the routed experts (and every shared expert).
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from paraplan.graph import kinds as K
 from paraplan.graph.backward import is_weightless_gemm
+from paraplan.graph.gdn import gdn_params
 from paraplan.graph.layers import Shard
 from paraplan.graph.mamba import mamba_params
 from paraplan.graph.ops import Op, OpKind
@@ -48,6 +50,7 @@ def model_params(model: ModelSpec) -> ParamCount:
         kind = K.decoder_kind_of(model, layer)
         t, a = _gemm_params(kind.ops(model, shard), model)
         extra = mamba_params(model) if model.layer_symbol(layer) == "M" else 0
+        extra += gdn_params(model) if model.is_linear_attention_layer(layer) else 0
         total, active = total + t + extra, active + a + extra
     counted_tables: set[str] = set()
     for kind in K.layer_kinds():

@@ -60,6 +60,12 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # --- DeepSeek sparse attention over MLA (DeepSeek-V3.2); Megatron-core 0.19.2 `dsa_indexer_*` names ---
+    dsa_indexer_n_heads: int = 0
+    """Heads of the lightning indexer that picks each query's keys (V3.2: 64). 0: dense attention."""
+    dsa_indexer_head_dim: int = 128
+    dsa_indexer_topk: int = 2048
+    """Keys each query attends to (V3.2: 2048)."""
     # --- multi-token prediction (DeepSeek-V3) ---
     mtp_num_layers: int = 0
     # --- hybrid models (Nemotron-H, Nemotron 3): Megatron-core `hybrid_layer_pattern` ---
@@ -78,24 +84,52 @@ class ModelSpec:
     """Heads H (`mamba_num_heads`). None: d_inner / head dim with d_inner = 2 x hidden (MambaMixer's expand=2)."""
     mamba_conv_kernel: int = 4
     """Causal conv1d width (MambaMixer `d_conv=4`, HF `conv_kernel`)."""
+    # --- Gated DeltaNet linear attention (Yang et al. 2024), interleaved with full attention (Qwen3-Next) ---
+    linear_attention_freq: int = 0
+    """Every n-th layer is full attention, the others Gated DeltaNet: layer i (0-based) is full attention when
+    (i + 1) % n == 0 (Megatron `linear_attention_freq` with `experimental_attention_variant=gated_delta_net`,
+    megatron-core 0.19.2; HF `full_attention_interval`). 0: no linear attention."""
+    linear_conv_kernel_dim: int = 4
+    linear_key_head_dim: int = 128
+    linear_value_head_dim: int = 128
+    linear_num_key_heads: int = 16
+    linear_num_value_heads: int = 32
+    """Gated DeltaNet shapes (Megatron `linear_*`, HF the same names); defaults are megatron-core 0.19.2's."""
+    # --- chunked local attention with periodic global layers (Llama 4) ---
+    attention_chunk_size: int = 0
+    """Layers with RoPE attend only within chunks of this many tokens (Llama 4: 8192; HF and Megatron-Bridge
+    `attention_chunk_size`). 0: full attention in every layer."""
+    nope_layer_interval: int = 0
+    """Every n-th layer, (i + 1) % n == 0, has no RoPE and attends globally (HF `no_rope_layer_interval`,
+    Megatron-Bridge `nope_layer_interval`); with `attention_chunk_size` the others are chunked. 0: none."""
+    attention_output_gate: bool = False
+    """Full attention gated by sigmoid(x W_g) before its output projection (Qwen3-Next; Megatron
+    `attention_output_gate`): the QKV projection also produces the gate, heads x head dim wide."""
     source: str = ""
 
     def __post_init__(self) -> None:
-        pattern = self.hybrid_layer_pattern
-        if pattern is None:
-            return
         problems = []
-        unknown = sorted(set(pattern) - set(PATTERN_SYMBOLS))
-        if unknown:
-            problems.append(
-                f"hybrid layer pattern symbols {unknown} are not modelled: paraplan knows "
-                f"{', '.join(PATTERN_SYMBOLS)} (M Mamba-2, * attention, - MLP, E MoE); give pipeline stages as "
-                "a pipeline layout, not '|'"
-            )
-        if len(pattern) != self.num_layers:
-            problems.append(f"hybrid layer pattern has {len(pattern)} layers, num_layers is {self.num_layers}")
-        if MOE in pattern and self.num_experts <= 0:
-            problems.append("hybrid layer pattern has MoE layers (E) but the model has no experts")
+        if self.linear_attention_freq < 0:
+            problems.append(f"linear_attention_freq must be >= 0 (got {self.linear_attention_freq})")
+        if self.dsa_indexer_n_heads and self.kv_lora_rank is None:
+            problems.append("DeepSeek sparse attention (dsa_indexer_n_heads) runs over MLA: set kv_lora_rank")
+        if self.attention_chunk_size and self.linear_attention_freq:
+            problems.append("chunked attention and Gated DeltaNet layers together are not modelled: give one")
+        pattern = self.hybrid_layer_pattern
+        if pattern is not None:
+            if self.linear_attention_freq:
+                problems.append("a hybrid layer pattern and linear_attention_freq both set the mixers: give one")
+            unknown = sorted(set(pattern) - set(PATTERN_SYMBOLS))
+            if unknown:
+                problems.append(
+                    f"hybrid layer pattern symbols {unknown} are not modelled: paraplan knows "
+                    f"{', '.join(PATTERN_SYMBOLS)} (M Mamba-2, * attention, - MLP, E MoE); give pipeline stages as "
+                    "a pipeline layout, not '|'"
+                )
+            if len(pattern) != self.num_layers:
+                problems.append(f"hybrid layer pattern has {len(pattern)} layers, num_layers is {self.num_layers}")
+            if MOE in pattern and self.num_experts <= 0:
+                problems.append("hybrid layer pattern has MoE layers (E) but the model has no experts")
         if problems:
             raise ConfigError(problems)
 
@@ -156,6 +190,30 @@ class ModelSpec:
     def mamba_inner(self) -> int:
         """d_inner = heads x head dim (MambaMixer)."""
         return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def has_unequal_mixers(self) -> bool:
+        """Decoder layers of different mixers (a hybrid pattern, or Gated DeltaNet among full attention): their work
+        differs, so pipeline splits balance work rather than layer counts (`graph.balance`)."""
+        return self.is_hybrid or self.linear_attention_freq > 0 or self.attention_chunk_size > 0
+
+    def mixer_of(self, index: int) -> str:
+        """How decoder layer `index` (0-based) mixes tokens: "gdn" (Gated DeltaNet), "chunked" (chunked local
+        attention), or "attention"; a hybrid pattern's blocks are named by `layer_symbol`."""
+        if self.is_linear_attention_layer(index):
+            return "gdn"
+        if self.is_chunked_attention_layer(index):
+            return "chunked"
+        return "attention"
+
+    def is_chunked_attention_layer(self, index: int) -> bool:
+        if self.attention_chunk_size <= 0:
+            return False
+        return self.nope_layer_interval <= 0 or (index + 1) % self.nope_layer_interval != 0
+
+    def is_linear_attention_layer(self, index: int) -> bool:
+        """Whether decoder layer `index` (0-based) mixes tokens with Gated DeltaNet instead of full attention."""
+        return self.linear_attention_freq > 0 and (index + 1) % self.linear_attention_freq != 0
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether decoder layer `index` (0-based) is an MoE layer (an E block of a hybrid pattern)."""

@@ -279,9 +279,10 @@ def model_stages(schedule: str, pp: int, vpp: int) -> int:
 
 def pipeline_split(model: ModelSpec, stages: int, seq: int = 4096) -> dict[str, object] | None:
     """Layers over `stages` model stages: evenly, or (Megatron-Bridge) counting the embedding and the loss
-    as one layer each when that makes it even; None when neither divides. A hybrid model's unequal blocks are split
-    by their work instead (`graph.balance`: Megatron's '|' stage boundaries in the hybrid pattern)."""
-    if model.is_hybrid and stages > 1:
+    as one layer each when that makes it even; None when neither divides. A hybrid model's unequal blocks (Mamba,
+    attention, MLP; Gated DeltaNet among full attention) are split by their work instead (`graph.balance`; Megatron's
+    '|' stage boundaries in a hybrid pattern)."""
+    if model.has_unequal_mixers and stages > 1:
         layout = balanced_layout(model, stages, seq)
         return None if layout is None else {"pipeline_layout": layout}
     if stages == 1 or model.num_layers % stages == 0:

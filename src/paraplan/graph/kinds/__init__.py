@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from paraplan.errors import ConfigError
-from paraplan.graph.kinds import attention, dense, embedding, head, mamba, mlp, moe, moe_mlp, mtp
+from paraplan.graph.kinds import attention, chunked, dense, embedding, gdn, head, mamba, mlp, moe, moe_mlp, mtp
 from paraplan.graph.kinds.base import LayerKind, OpsBuilder, Placement
 from paraplan.graph.layers import Shard
 from paraplan.graph.ops import Op
@@ -33,6 +33,12 @@ BUILTIN_KINDS: tuple[LayerKind, ...] = (
     attention.KIND,
     mlp.KIND,
     moe_mlp.KIND,
+    # Gated DeltaNet layers interleaved with full attention (`ModelSpec.linear_attention_freq`)
+    gdn.KIND,
+    gdn.MOE_KIND,
+    # chunked local attention between global layers (`ModelSpec.attention_chunk_size`, Llama 4)
+    chunked.KIND,
+    chunked.MOE_KIND,
 )
 """Registration order is the order of a stage's edge blocks (embedding, head, MTP) and of the kinds' counts."""
 

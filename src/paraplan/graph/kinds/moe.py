@@ -14,7 +14,8 @@ def _ops(model: ModelSpec, shard: L.Shard) -> list[Op]:
 
 
 def _claims(model: ModelSpec, layer: int) -> bool:
-    return not model.is_hybrid and model.is_moe_layer(layer)  # a hybrid pattern's E block is `moe_mlp`
+    # a hybrid pattern's E block is `moe_mlp`; other mixers with experts are their own kinds (`gdn_moe`, `moe_chunked`)
+    return not model.is_hybrid and model.is_moe_layer(layer) and model.mixer_of(layer) == "attention"
 
 
 KIND = LayerKind(name="moe", placement=Placement.LAYER, ops=_ops, claims=_claims)
