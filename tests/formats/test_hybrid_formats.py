@@ -3,6 +3,8 @@ HuggingFace's nemotron_h config.json, emitted and read back to the same plan."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from paraplan.errors import ConfigError
@@ -45,6 +47,10 @@ def test_megatron_and_hf_round_trip(preset: str) -> None:
     assert resolve_dp(back.train, system) == result.train  # the '|' carry the pipeline layout
     hf = read_config(emit("hf", model, system, result.train, strict=True), "hf")
     assert same_shape(hf.model, model)
+    for fmt in ("nemo", "primus"):  # Megatron-core names (Megatron-Bridge YAML) and Megatron-LM's (Primus YAML)
+        back = read_config(emit(fmt, model, system, result.train, strict=True), fmt, num_gpus=64, env={})
+        assert back.model is not None and same_shape(back.model, model), fmt
+        assert replace(resolve_dp(back.train, system), framework=result.train.framework) == result.train, fmt
 
 
 def test_megatron_pipes_are_the_pipeline_layout() -> None:

@@ -39,6 +39,7 @@ def test_hybrid_preset_projects_with_a_breakdown_by_kind(preset: str) -> None:
 
 TUNES = {  # preset: GPUs, axes fixed beyond the common ones to keep the tune small, the largest pp
     "nemotron-h-8b": (16, [], 2),
+    "nemotron-h-56b": (64, ["tp=8", "recompute=none"], 2),
     "nemotron-3-nano-30b-a3b": (16, [], 2),
     "qwen3-next-80b-a3b": (64, [], 2),
     "llama4-scout": (64, ["tp=4", "recompute=none"], 2),

@@ -518,7 +518,7 @@ def megatron_plan_values(model: ModelSpec, system: SystemSpec, train: TrainingSp
     return {dest: value for dest, value in values.items() if dest not in MODEL_DESTS}, gaps
 
 
-def _pattern_with_stages(pattern: str, layout: tuple[int, ...] | None) -> str:
+def pattern_with_stages(pattern: str, layout: tuple[int, ...] | None) -> str:
     """The hybrid pattern with '|' between pipeline stages (megatron-core 0.19.2 hybrid_layer_allocation)."""
     if layout is None:
         return pattern
@@ -610,7 +610,7 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
             out[dest] = getattr(model, dest)
     if model.is_hybrid:
         out["is_hybrid_model"] = True
-        out["hybrid_override_pattern"] = _pattern_with_stages(model.hybrid_layer_pattern or "", train.pipeline_layout)
+        out["hybrid_override_pattern"] = pattern_with_stages(model.hybrid_layer_pattern or "", train.pipeline_layout)
         out["mamba_state_dim"] = model.mamba_state_dim
         out["mamba_head_dim"] = model.mamba_head_dim
         out["mamba_num_groups"] = model.mamba_num_groups
