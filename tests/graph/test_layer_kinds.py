@@ -33,8 +33,8 @@ BUILTIN = (
     "moe_mlp",
     "gdn",
     "gdn_moe",
-    "dense_chunked",
-    "moe_chunked",
+    "dense_local",
+    "moe_local",
 )
 TOY_MODEL = "toy-double-mlp-llama"
 

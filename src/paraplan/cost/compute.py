@@ -104,9 +104,9 @@ def _head_dim_factor(head_dim: float, exponent: float = _HEAD_DIM_EXPONENT) -> f
 def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     att = op.attention
     assert att is not None
-    causal = 0.5 if att.causal and att.seq_q == att.seq_kv else 1.0
-    if att.causal and att.seq_q < att.seq_kv:
-        causal = 0.5  # context-parallel shard of a causal sequence: load-balanced halves
+    # A causal square, a context-parallel shard of one (load-balanced halves), or local attention counted as the
+    # square-equivalent of the keys it attends (`graph.layers._local_attention`): kernels do half the counted work.
+    causal = 0.5 if att.causal else 1.0
     flops = op.flops * causal
     base = cal.attention_efficiency if op.phase is Phase.FORWARD else cal.attention_backward_efficiency
     alibi = "alibi" in op.tags

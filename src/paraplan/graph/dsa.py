@@ -14,19 +14,16 @@ Not modelled: the indexer's training loss (a KL term against the main attention'
 
 from __future__ import annotations
 
-from paraplan.graph.layers import Shard, _comm, _elementwise, _gemm
-from paraplan.graph.ops import AttentionShape, CommAxis, CommKind, GemmShape, Op, OpKind, Phase
+from paraplan.graph.layers import Shard, _comm, _elementwise, _gemm, causal_window_keys, local_attention_op
+from paraplan.graph.ops import CommAxis, CommKind, GemmShape, Op, OpKind, Phase
 from paraplan.specs.model import ModelSpec
 
 SCORE_BYTES = 4  # the indexer's per-pair scores are fp32 before the top-k
 
 
 def sparse_keys(seq: int, topk: int) -> float:
-    """Keys a query attends on average under causal top-k selection: t for the first topk queries, topk after
-    (the average causal sliding-window context, Megatron-Bridge flop_utils `calculate_swa_context`)."""
-    if topk >= seq:
-        return seq / 2
-    return topk - topk * (topk - 1) / (2 * seq)
+    """Keys a query attends on average under causal top-k selection: t for the first topk queries, topk after."""
+    return causal_window_keys(seq, topk)
 
 
 def indexer_ops(model: ModelSpec, shard: Shard) -> list[Op]:
@@ -62,28 +59,10 @@ def indexer_ops(model: ModelSpec, shard: Shard) -> list[Op]:
 
 
 def sparse_core_attention(model: ModelSpec, shard: Shard, heads: int, d_qk: int, d_v: int) -> list[Op]:
-    """MLA's core over each query's selected keys: the work of `sparse_keys` keys per query, not causal."""
-    b, s = shard.batch, shard.seq
+    """MLA's core over each query's selected keys, counted as attention is (`graph.layers.local_attention_op`): equal
+    to dense MLA while the sequence is within top-k."""
     keys = sparse_keys(shard.seq_full, model.dsa_indexer_topk)
-    flops = 2.0 * b * heads * s * keys * (d_qk + d_v)
-    shape = AttentionShape(
-        batch=b, seq_q=s, seq_kv=max(1, round(keys)), heads=heads, kv_heads=heads, head_dim_qk=d_qk, head_dim_v=d_v,
-        causal=False,
-    )  # fmt: skip
-    io = shard.act_bytes * b * (s * heads * (d_qk + d_v) + shard.seq_full * heads * (d_qk + d_v))
-    return [
-        Op(
-            name="attn_core",
-            kind=OpKind.ATTENTION,
-            phase=Phase.FORWARD,
-            flops=flops,
-            bytes_moved=float(io),
-            attention=shape,
-            saved_bytes=float(4 * b * heads * s),
-            precision=shard.act_precision,
-            tags=frozenset({"sparse"}),
-        )
-    ]
+    return [local_attention_op(model, shard, heads, heads, d_qk, d_v, keys, tags=frozenset({"sparse"}))]
 
 
 def indexer_params(model: ModelSpec) -> int:

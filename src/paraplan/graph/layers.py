@@ -265,16 +265,53 @@ def _softmax(shard: Shard, score_elems: int, attn_batches: int, seq_q: int, seq_
     )
 
 
+def causal_window_keys(seq: int, window: int) -> float:
+    """Keys a query attends on average when it sees at most `window` earlier keys of a causal sequence: the average
+    causal sliding-window context (Megatron-Bridge 0.6.2 flop_utils `calculate_swa_context`); seq/2 without a limit."""
+    if window <= 0 or window >= seq:
+        return seq / 2
+    return window - window * (window - 1) / (2 * seq)
+
+
+def local_attention_op(
+    model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int, keys: float, tags=frozenset()
+) -> Op:
+    """A flash kernel over `keys` keys per query on average (sliding window, sparse top-k): counted like full
+    attention, as the square of twice the keys a causal query attends (so it equals full attention when the window
+    spans the sequence), with the kernel doing half of that (`AttentionShape.causal`)."""
+    b, s = shard.batch, shard.seq
+    square = max(1, round(2 * keys))
+    io_bytes = shard.act_bytes * b * (s * heads * (d_qk + d_v) + shard.seq_full * kv_heads * (d_qk + d_v))
+    return Op(
+        name="attn_core",
+        kind=OpKind.ATTENTION,
+        phase=Phase.FORWARD,
+        flops=2.0 * b * heads * s * 2 * keys * (d_qk + d_v),
+        bytes_moved=float(io_bytes),
+        attention=AttentionShape(
+            batch=b, seq_q=s, seq_kv=square, heads=heads, kv_heads=kv_heads, head_dim_qk=d_qk, head_dim_v=d_v
+        ),
+        saved_bytes=float(4 * b * heads * s),  # fp32 log-sum-exp per query row
+        precision=shard.act_precision,
+        tags=tags,
+    )
+
+
 def _core_attention(
-    model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int, chunk: int = 0
+    model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int, local: bool = False
 ) -> list[Op]:
     """Attention scores, softmax and context. Q, K, V are saved by the GEMMs that produce them and the
-    output by the projection that consumes it; this op saves only what is its own. `chunk`: chunked local attention
-    (Llama 4), each query attending causally within its chunk of that many tokens: the same work as a batch of
-    sequences one chunk long (a last partial chunk counted whole)."""
+    output by the projection that consumes it; this op saves only what is its own. `local`: the model's local
+    attention (context parallelism is refused with it, `specs.validate`): chunked (Llama 4), each query attending
+    causally within its chunk, the same work as a batch of sequences one chunk long (a last partial chunk counted
+    whole); or a sliding window (flash kernels only: the unfused path masks a whole square)."""
     b, s, skv = shard.batch, shard.seq, shard.seq_full
-    if 0 < chunk < shard.seq_full:  # context parallelism is refused with chunked attention (specs.validate)
+    chunk = model.attention_chunk_size if local else 0
+    if 0 < chunk < shard.seq_full:
         b, s, skv = b * -(-shard.seq_full // chunk), chunk, chunk
+    if local and model.window_size and shard.flash:
+        keys = causal_window_keys(shard.seq_full, model.window_size)
+        return [local_attention_op(model, shard, heads, kv_heads, d_qk, d_v, keys)]
     shape = AttentionShape(
         batch=b, seq_q=s, seq_kv=skv, heads=heads, kv_heads=kv_heads, head_dim_qk=d_qk, head_dim_v=d_v
     )
@@ -344,9 +381,9 @@ def _cp_exchange(model: ModelSpec, shard: Shard, kv_width: int) -> list[Op]:
     return [_comm("cp_kv_exchange", CommKind.SEND_RECV, CommAxis.CP, shard.cp, nbytes)]
 
 
-def attention_ops(model: ModelSpec, shard: Shard, chunk: int = 0) -> list[Op]:
-    """Norm, QKV, rotary, core attention, output projection, residual (GQA/MQA/MHA); `chunk`: chunked local
-    attention over chunks of that many tokens (`_core_attention`)."""
+def attention_ops(model: ModelSpec, shard: Shard, local: bool = False) -> list[Op]:
+    """Norm, QKV, rotary, core attention, output projection, residual (GQA/MQA/MHA); `local`: the model's chunked
+    or sliding-window attention (`_core_attention`)."""
     h, t = model.hidden_size, shard.tp
     heads = model.num_attention_heads // t
     kv_heads = max(1, model.kv_groups // t)
@@ -362,7 +399,7 @@ def attention_ops(model: ModelSpec, shard: Shard, chunk: int = 0) -> list[Op]:
     if model.position == "rope":
         ops.append(_rotary(shard, tokens * (heads + kv_heads) * d))
     ops += _cp_exchange(model, shard, 2 * kv_heads * d)
-    ops += _core_attention(model, shard, heads, kv_heads, d, d, chunk)
+    ops += _core_attention(model, shard, heads, kv_heads, d, d, local)
     if gate_width:  # read the attention output and the gate, write the gated output; keep the attention output
         gated = tokens * gate_width
         ops.append(
@@ -587,7 +624,7 @@ def _fields(op: Op) -> dict:
     return {s: getattr(op, s) for s in Op.__slots__}
 
 
-def decoder_layer_ops(model: ModelSpec, shard: Shard, moe: bool, chunk: int = 0) -> list[Op]:
-    """Attention (MLA, or GQA with optional chunked local attention) and a dense or MoE MLP."""
-    attn = mla_attention_ops(model, shard) if model.is_mla else attention_ops(model, shard, chunk)
+def decoder_layer_ops(model: ModelSpec, shard: Shard, moe: bool, local: bool = False) -> list[Op]:
+    """Attention (MLA, or GQA with optional local attention: chunked or sliding window) and a dense or MoE MLP."""
+    attn = mla_attention_ops(model, shard) if model.is_mla else attention_ops(model, shard, local)
     return attn + (moe_ops(model, shard) if moe else mlp_ops(model, shard))

@@ -102,6 +102,12 @@ class ModelSpec:
     nope_layer_interval: int = 0
     """Every n-th layer, (i + 1) % n == 0, has no RoPE and attends globally (HF `no_rope_layer_interval`,
     Megatron-Bridge `nope_layer_interval`); with `attention_chunk_size` the others are chunked. 0: none."""
+    window_size: int = 0
+    """Sliding-window attention: each query attends to the `window_size` keys before it (Megatron `window_size`, its
+    left window; HF `sliding_window`). 0: none."""
+    window_attn_skip_freq: int = 0
+    """With `window_size`: every n-th layer, (i + 1) % n == 0, attends globally (Megatron `window_attn_skip_freq`). 0:
+    every layer slides."""
     attention_output_gate: bool = False
     """Full attention gated by sigmoid(x W_g) before its output projection (Qwen3-Next; Megatron
     `attention_output_gate`): the QKV projection also produces the gate, heads x head dim wide."""
@@ -113,8 +119,8 @@ class ModelSpec:
             problems.append(f"linear_attention_freq must be >= 0 (got {self.linear_attention_freq})")
         if self.dsa_indexer_n_heads and self.kv_lora_rank is None:
             problems.append("DeepSeek sparse attention (dsa_indexer_n_heads) runs over MLA: set kv_lora_rank")
-        if self.attention_chunk_size and self.linear_attention_freq:
-            problems.append("chunked attention and Gated DeltaNet layers together are not modelled: give one")
+        if sum(map(bool, (self.attention_chunk_size, self.window_size, self.linear_attention_freq))) > 1:
+            problems.append("chunked, sliding-window and Gated DeltaNet layers together are not modelled: give one")
         pattern = self.hybrid_layer_pattern
         if pattern is not None:
             if self.linear_attention_freq:
@@ -195,21 +201,27 @@ class ModelSpec:
     def has_unequal_mixers(self) -> bool:
         """Decoder layers of different mixers (a hybrid pattern, or Gated DeltaNet among full attention): their work
         differs, so pipeline splits balance work rather than layer counts (`graph.balance`)."""
-        return self.is_hybrid or self.linear_attention_freq > 0 or self.attention_chunk_size > 0
+        return self.is_hybrid or self.linear_attention_freq > 0 or self.attention_chunk_size > 0 or self.window_size > 0
 
     def mixer_of(self, index: int) -> str:
-        """How decoder layer `index` (0-based) mixes tokens: "gdn" (Gated DeltaNet), "chunked" (chunked local
-        attention), or "attention"; a hybrid pattern's blocks are named by `layer_symbol`."""
+        """How decoder layer `index` (0-based) mixes tokens: "gdn" (Gated DeltaNet), "local" (chunked or
+        sliding-window attention), or "attention"; a hybrid pattern's blocks are named by `layer_symbol`."""
         if self.is_linear_attention_layer(index):
             return "gdn"
-        if self.is_chunked_attention_layer(index):
-            return "chunked"
+        if self.is_local_attention_layer(index):
+            return "local"
         return "attention"
 
-    def is_chunked_attention_layer(self, index: int) -> bool:
-        if self.attention_chunk_size <= 0:
+    def is_local_attention_layer(self, index: int) -> bool:
+        """Chunked (`attention_chunk_size`, all but every `nope_layer_interval`-th layer) or sliding-window
+        (`window_size`, all but every `window_attn_skip_freq`-th layer) attention in layer `index`."""
+        if self.attention_chunk_size > 0:
+            every = self.nope_layer_interval
+        elif self.window_size > 0:
+            every = self.window_attn_skip_freq
+        else:
             return False
-        return self.nope_layer_interval <= 0 or (index + 1) % self.nope_layer_interval != 0
+        return every <= 0 or (index + 1) % every != 0
 
     def is_linear_attention_layer(self, index: int) -> bool:
         """Whether decoder layer `index` (0-based) mixes tokens with Gated DeltaNet instead of full attention."""

@@ -138,13 +138,18 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
 def mixer_problems(model: ModelSpec, train: TrainingSpec) -> list[str]:
     """What the token mixers other than full attention cannot split: Megatron-core 0.19.2's own asserts, named
     (MambaMixer in ssm/mamba_mixer.py, MambaContextParallel in ssm/mamba_context_parallel.py,
-    hybrid_layer_allocation.py, TransformerConfig for Gated DeltaNet); chunked attention under CP is not modelled."""
+    hybrid_layer_allocation.py, TransformerConfig for Gated DeltaNet); local attention under CP is not modelled."""
     p: list[str] = []
     tp, cp = train.tp, train.cp
     if model.attention_chunk_size and cp > 1:
         p.append(
             f"cp {cp} > 1 with chunked attention (chunks of {model.attention_chunk_size}) is not modelled: "
             "paraplan splits a chunked layer's sequence only with cp = 1"
+        )
+    if model.window_size and cp > 1:
+        p.append(
+            f"cp {cp} > 1 with sliding-window attention (window {model.window_size}) is not modelled: "
+            "paraplan splits a sliding-window layer's sequence only with cp = 1"
         )
     if model.linear_attention_freq:  # Gated DeltaNet: TransformerConfig.__post_init__ (megatron-core 0.19.2)
         k_heads, v_heads = model.linear_num_key_heads, model.linear_num_value_heads

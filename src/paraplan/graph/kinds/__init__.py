@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from paraplan.errors import ConfigError
-from paraplan.graph.kinds import attention, chunked, dense, embedding, gdn, head, mamba, mlp, moe, moe_mlp, mtp
+from paraplan.graph.kinds import attention, dense, embedding, gdn, head, local, mamba, mlp, moe, moe_mlp, mtp
 from paraplan.graph.kinds.base import LayerKind, OpsBuilder, Placement
 from paraplan.graph.layers import Shard
 from paraplan.graph.ops import Op
@@ -36,9 +36,9 @@ BUILTIN_KINDS: tuple[LayerKind, ...] = (
     # Gated DeltaNet layers interleaved with full attention (`ModelSpec.linear_attention_freq`)
     gdn.KIND,
     gdn.MOE_KIND,
-    # chunked local attention between global layers (`ModelSpec.attention_chunk_size`, Llama 4)
-    chunked.KIND,
-    chunked.MOE_KIND,
+    # chunked or sliding-window attention between global layers (Llama 4's `attention_chunk_size`, `window_size`)
+    local.KIND,
+    local.MOE_KIND,
 )
 """Registration order is the order of a stage's edge blocks (embedding, head, MTP) and of the kinds' counts."""
 

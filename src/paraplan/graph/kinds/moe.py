@@ -14,7 +14,7 @@ def _ops(model: ModelSpec, shard: L.Shard) -> list[Op]:
 
 
 def _claims(model: ModelSpec, layer: int) -> bool:
-    # a hybrid pattern's E block is `moe_mlp`; other mixers with experts are their own kinds (`gdn_moe`, `moe_chunked`)
+    # a hybrid pattern's E block is `moe_mlp`; other mixers with experts are their own kinds (`gdn_moe`, `moe_local`)
     return not model.is_hybrid and model.is_moe_layer(layer) and model.mixer_of(layer) == "attention"
 
 
