@@ -8,6 +8,8 @@ import pytest
 
 import paraplan
 from paraplan.errors import ConfigError
+from paraplan.graph import dsa
+from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.graph.dsa import sparse_keys
 from paraplan.graph.params import model_params
@@ -17,7 +19,9 @@ from paraplan.specs.training import TrainingSpec
 
 
 def _ops(model, **values):  # noqa: ANN001, ANN202
-    return {op.name: op for op in L.mla_attention_ops(model, L.Shard.of(TrainingSpec().with_values(**values)))}
+    """MLA with the core the layer kinds give it (`graph.dsa.attention_core`)."""
+    shard = L.Shard.of(TrainingSpec().with_values(**values))
+    return {op.name: op for op in L.mla_attention_ops(model, shard, dsa.attention_core(model))}
 
 
 def test_indexer_ops_and_sparse_core() -> None:
@@ -74,3 +78,12 @@ def test_deepseek_v32_projects_with_context_parallelism() -> None:
     r = paraplan.project("deepseek-v3.2", "h100-sxm5-80gb", 512, tp=1, pp=8, cp=2, ep=32, gbs=256, seq=32768,
                          pipeline_layout=(8,) * 7 + (5,))  # fmt: skip
     assert r.step_time_s > 0
+
+
+def test_the_layer_kinds_choose_the_sparse_core() -> None:
+    m = model_preset("deepseek-v3.2")
+    shard = L.Shard.of(TrainingSpec().with_values(seq=8192))
+    for kind in ("dense", "moe"):
+        names = {op.name for op in K.layer_kind(kind).ops(m, shard)}
+        assert {"indexer_scores", "indexer_topk"} <= names
+    assert "indexer_scores" not in {op.name for op in K.layer_kind("moe").ops(model_preset("deepseek-v3"), shard)}

@@ -14,7 +14,15 @@ Not modelled: the indexer's training loss (a KL term against the main attention'
 
 from __future__ import annotations
 
-from paraplan.graph.layers import Shard, _comm, _elementwise, _gemm, causal_window_keys, local_attention_op
+from paraplan.graph.layers import (
+    AttentionCore,
+    Shard,
+    _comm,
+    _elementwise,
+    _gemm,
+    causal_window_keys,
+    local_attention_op,
+)
 from paraplan.graph.ops import CommAxis, CommKind, GemmShape, Op, OpKind, Phase
 from paraplan.specs.model import ModelSpec
 
@@ -70,4 +78,21 @@ def indexer_params(model: ModelSpec) -> int:
     return 2 * model.dsa_indexer_head_dim
 
 
-__all__ = ["indexer_ops", "indexer_params", "sparse_core_attention", "sparse_keys"]
+def sparse_attention(model: ModelSpec, shard: Shard, heads: int, d_qk: int, d_v: int) -> list[Op]:
+    """The indexer, then MLA's core over the keys it picks (a `graph.layers.AttentionCore`)."""
+    return indexer_ops(model, shard) + sparse_core_attention(model, shard, heads, d_qk, d_v)
+
+
+def attention_core(model: ModelSpec) -> AttentionCore | None:
+    """The MLA core a layer of this model runs: the sparse one with an indexer, else None (dense)."""
+    return sparse_attention if model.dsa_indexer_n_heads else None
+
+
+__all__ = [
+    "attention_core",
+    "indexer_ops",
+    "indexer_params",
+    "sparse_attention",
+    "sparse_core_attention",
+    "sparse_keys",
+]

@@ -8,6 +8,7 @@ operators (a GEMM output that is the next op's input) are counted once, by the c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from paraplan.graph.backward import TP_INPUT_GRAD
@@ -41,6 +42,11 @@ FP8_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
 SELECTIVE = frozenset({"selective"})
 MOE = frozenset({"moe"})
 EAGER_TAG = frozenset({"eager"})  # a memory-bound op run as eager PyTorch's separate kernels
+
+
+AttentionCore = Callable[[ModelSpec, "Shard", int, int, int], list[Op]]
+"""Builds the core of an MLA layer in place of dense attention: (model, shard, heads on this rank, qk head dim,
+v head dim) -> ops."""
 
 
 def activation_bytes(precision: str) -> int:
@@ -412,8 +418,9 @@ def attention_ops(model: ModelSpec, shard: Shard, local: bool = False) -> list[O
     return ops
 
 
-def mla_attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
-    """Multi-head latent attention (DeepSeek-V2/V3): low-rank q and kv with a decoupled rotary part.
+def mla_attention_ops(model: ModelSpec, shard: Shard, attention_core: AttentionCore | None = None) -> list[Op]:
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank q and kv with a decoupled rotary part. `attention_core`:
+    the ops that replace the dense core (heads, qk and v head dims given), the layer kind's choice.
 
     Down-projections are replicated across TP, up-projections column-parallel (Megatron-core MLA).
     """
@@ -446,11 +453,8 @@ def mla_attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     ops.append(_gemm("kv_up", tokens, kv_width, kv_rank, shard, saved=kv_saved))
     ops.append(_rotary(shard, tokens * (heads + 1) * d_rope))
     ops += _cp_exchange(model, shard, heads * (d_nope + d_rope + d_v))
-    if model.dsa_indexer_n_heads:  # DeepSeek sparse attention: the indexer, then MLA over the keys it picks
-        from paraplan.graph import dsa  # noqa: PLC0415 (graph.dsa builds on this module's op helpers)
-
-        ops += dsa.indexer_ops(model, shard)
-        ops += dsa.sparse_core_attention(model, shard, heads, d_nope + d_rope, d_v)
+    if attention_core is not None:  # e.g. DeepSeek sparse attention (`graph.dsa`): its indexer and its sparse core
+        ops += attention_core(model, shard, heads, d_nope + d_rope, d_v)
     else:
         ops += _core_attention(model, shard, heads, heads, d_nope + d_rope, d_v)
     ops.append(_gemm("attn_out", tokens, h, heads * d_v, shard, saved=shard.act_bytes * tokens * heads * d_v))
@@ -624,7 +628,10 @@ def _fields(op: Op) -> dict:
     return {s: getattr(op, s) for s in Op.__slots__}
 
 
-def decoder_layer_ops(model: ModelSpec, shard: Shard, moe: bool, local: bool = False) -> list[Op]:
-    """Attention (MLA, or GQA with optional local attention: chunked or sliding window) and a dense or MoE MLP."""
-    attn = mla_attention_ops(model, shard) if model.is_mla else attention_ops(model, shard, local)
+def decoder_layer_ops(
+    model: ModelSpec, shard: Shard, moe: bool, local: bool = False, attention_core: AttentionCore | None = None
+) -> list[Op]:
+    """Attention (MLA, with `attention_core` in place of its dense core; or GQA, with optional local attention:
+    chunked or sliding window) and a dense or MoE MLP."""
+    attn = mla_attention_ops(model, shard, attention_core) if model.is_mla else attention_ops(model, shard, local)
     return attn + (moe_ops(model, shard) if moe else mlp_ops(model, shard))

@@ -3,6 +3,7 @@ layers: `ModelSpec.is_moe_layer`)."""
 
 from __future__ import annotations
 
+from paraplan.graph import dsa
 from paraplan.graph import layers as L
 from paraplan.graph.kinds.base import LayerKind, Placement
 from paraplan.graph.ops import Op
@@ -10,7 +11,7 @@ from paraplan.specs.model import ModelSpec
 
 
 def _ops(model: ModelSpec, shard: L.Shard) -> list[Op]:
-    return L.decoder_layer_ops(model, shard, moe=True)
+    return L.decoder_layer_ops(model, shard, moe=True, attention_core=dsa.attention_core(model))
 
 
 def _claims(model: ModelSpec, layer: int) -> bool:
