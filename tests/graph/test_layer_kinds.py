@@ -21,7 +21,21 @@ from paraplan.specs.presets import model_preset
 from paraplan.specs.training import TrainingSpec
 from paraplan.tune.memfilter import estimate_peak_bytes
 
-BUILTIN = ("dense", "moe", "embedding", "head", "mtp")
+BUILTIN = (
+    "dense",
+    "moe",
+    "embedding",
+    "head",
+    "mtp",
+    "mamba",
+    "attention",
+    "mlp",
+    "moe_mlp",
+    "gdn",
+    "gdn_moe",
+    "dense_local",
+    "moe_local",
+)
 TOY_MODEL = "toy-double-mlp-llama"
 
 

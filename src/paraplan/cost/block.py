@@ -27,7 +27,9 @@ COMM_LABEL = {
     CommAxis.PP: "pp",
     CommAxis.DP: "dp",
 }
-MATMUL_KINDS = (OpKind.GEMM, OpKind.ATTENTION)  # FLOP accounting counts matmuls only (Megatron convention)
+# FLOP accounting counts matmuls only (Megatron convention); a chunked scan's FLOPs are matmuls too (Megatron-Bridge's
+# `hybrid_flops` counts the Mamba scan and the Gated DeltaNet core)
+MATMUL_KINDS = (OpKind.GEMM, OpKind.ATTENTION, OpKind.SCAN)
 CLOCK_BOUND_KINDS = MATMUL_KINDS  # compute-bound kernels, slowed by the slowest chip (`at_scale`)
 
 OpTimer = Callable[[Op], tuple[float, str] | None]

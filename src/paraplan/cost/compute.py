@@ -104,9 +104,9 @@ def _head_dim_factor(head_dim: float, exponent: float = _HEAD_DIM_EXPONENT) -> f
 def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     att = op.attention
     assert att is not None
-    causal = 0.5 if att.causal and att.seq_q == att.seq_kv else 1.0
-    if att.causal and att.seq_q < att.seq_kv:
-        causal = 0.5  # context-parallel shard of a causal sequence: load-balanced halves
+    # A causal square, a context-parallel shard of one (load-balanced halves), or local attention counted as the
+    # square-equivalent of the keys it attends (`graph.layers._local_attention`): kernels do half the counted work.
+    causal = 0.5 if att.causal else 1.0
     flops = op.flops * causal
     base = cal.attention_efficiency if op.phase is Phase.FORWARD else cal.attention_backward_efficiency
     alibi = "alibi" in op.tags
@@ -128,6 +128,22 @@ def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     return max(flops / (peak * eff) + exp_s, memory_s) + cal.kernel_launch_s
 
 
+# The chunked scans of Mamba-2 (SSD, mamba_ssm's Triton `mamba_chunk_scan_combined`) and Gated DeltaNet (fla's
+# chunked delta rule) run their intra-chunk matmuls on tensor cores at this share of the 16-bit peak. An assumption,
+# not a measurement: Dao & Gu 2024 ("Transformers are SSMs", section 9.3, Figure 10) report the SSD kernel matching
+# FlashAttention-2's time at about 2K tokens, where the scan does about a third of attention's FLOPs; attention runs
+# at about a third of peak, so the scan at about 0.12. Replace it with a fitted profile where one exists.
+SCAN_EFFICIENCY = 0.12
+
+
+def scan_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
+    """A chunked scan: a roofline at `SCAN_EFFICIENCY`, plus a launch floor per kernel of the scan."""
+    peak = gpu.peak_flops("fp32" if op.precision == "fp32" else "bf16")  # 16-bit in FP8 runs too
+    compute_s = op.flops / (peak * SCAN_EFFICIENCY)
+    memory_s = op.bytes_moved / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
+    return max(compute_s, memory_s) + cal.kernel_launch_s * max(1, op.host_ops)
+
+
 def elementwise_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     """Bytes over bandwidth, plus the kernel floor when the op launches a kernel (a view moves nothing)."""
     if op.bytes_moved <= 0:
@@ -147,6 +163,8 @@ def compute_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
         return attention_time_s(op, gpu, cal)
     if op.kind is OpKind.ELEMENTWISE:
         return elementwise_time_s(op, gpu, cal)
+    if op.kind is OpKind.SCAN:
+        return scan_time_s(op, gpu, cal)
     raise ValueError(f"not a compute operator: {op.name} ({op.kind})")
 
 

@@ -3,7 +3,7 @@
 A config.json describes the model only, so reading gives default training settings, and writing picks the
 model_type the core reader maps back to the same shape: llama (dense SwiGLU, `head_dim` when set), mixtral,
 qwen3_moe / qwen2_moe (shared experts), deepseek_v3 (MLA), gpt2 (GELU, LayerNorm, learned positions) and
-gpt_neox (GELU, LayerNorm, rotary).
+gpt_neox (GELU, LayerNorm, rotary), nemotron_h (a hybrid layer pattern: Mamba-2, attention, MLP and MoE blocks).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.formats.common import ReadConfig, SystemHints, finish_gaps, load_text
-from paraplan.specs.hf import load_hf_config
+from paraplan.specs.hf import HF_ACTIVATIONS, HF_LAYER_SYMBOLS, load_hf_config
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
@@ -42,14 +42,31 @@ def hf_config(model: ModelSpec, gaps: list[str]) -> dict[str, Any]:
         "vocab_size": model.vocab_size,
         "tie_word_embeddings": model.tied_embeddings,
     }
+    if model.is_hybrid:
+        return _nemotron_h(model, common, gaps)
+    if model.linear_attention_freq:
+        return _qwen3_next(model, common, gaps)
+    if model.attention_chunk_size:
+        return _llama4(model, common, gaps)
     dense_llama = model.activation == "swiglu" and model.norm == "rmsnorm" and model.position == "rope"
     if model.is_mla:
         shared = model.moe_shared_expert_intermediate_size
         if model.is_moe and shared % model.expert_ffn:
             gaps.append(f"shared expert width {shared} is not a multiple of the expert width {model.expert_ffn}")
+        sparse = model.dsa_indexer_n_heads > 0
+        indexer = (
+            {
+                "index_n_heads": model.dsa_indexer_n_heads,
+                "index_head_dim": model.dsa_indexer_head_dim,
+                "index_topk": model.dsa_indexer_topk,
+            }
+            if sparse
+            else {}
+        )
         return {
-            "architectures": ["DeepseekV3ForCausalLM"],
-            "model_type": "deepseek_v3",
+            "architectures": ["DeepseekV32ForCausalLM" if sparse else "DeepseekV3ForCausalLM"],
+            "model_type": "deepseek_v32" if sparse else "deepseek_v3",
+            **indexer,
             **common,
             "intermediate_size": model.ffn_hidden_size,
             "num_key_value_heads": model.num_attention_heads,
@@ -139,6 +156,102 @@ def hf_config(model: ModelSpec, gaps: list[str]) -> dict[str, Any]:
     if model.moe_shared_expert_intermediate_size:
         out["shared_expert_intermediate_size"] = model.moe_shared_expert_intermediate_size
     return out
+
+
+def _nemotron_h(model: ModelSpec, common: dict[str, Any], gaps: list[str]) -> dict[str, Any]:
+    """transformers NemotronHConfig: the pattern both as `hybrid_override_pattern` and as `layers_block_type`."""
+    pattern = model.hybrid_layer_pattern or ""
+    to_type = {symbol: name for name, symbol in HF_LAYER_SYMBOLS.items()}
+    to_act = {ours: theirs for theirs, ours in HF_ACTIVATIONS.items()}
+    if model.activation not in to_act or model.norm != "rmsnorm" or model.position != "none":
+        gaps.append(f"nemotron_h has RMSNorm, no positional embedding and relu2 MLPs (got {model.activation}, "
+                    f"{model.norm}, {model.position})")  # fmt: skip
+    out: dict[str, Any] = {
+        "architectures": ["NemotronHForCausalLM"],
+        "model_type": "nemotron_h",
+        **common,
+        "hybrid_override_pattern": pattern,
+        "layers_block_type": [to_type[symbol] for symbol in pattern],
+        "intermediate_size": model.ffn_hidden_size,
+        "num_key_value_heads": model.kv_groups,
+        "head_dim": model.head_dim,
+        "attention_bias": model.attention_bias,
+        "mlp_hidden_act": to_act.get(model.activation, "relu2"),
+        "ssm_state_size": model.mamba_state_dim,
+        "mamba_num_heads": model.mamba_heads,
+        "mamba_head_dim": model.mamba_head_dim,
+        "n_groups": model.mamba_num_groups,
+        "conv_kernel": model.mamba_conv_kernel,
+        "layer_norm_epsilon": 1e-5,
+    }
+    if model.is_moe:
+        out.update(
+            n_routed_experts=model.num_experts,
+            moe_intermediate_size=model.expert_ffn,
+            num_experts_per_tok=model.moe_router_topk,
+            n_shared_experts=1 if model.moe_shared_expert_intermediate_size else 0,
+            moe_shared_expert_intermediate_size=model.moe_shared_expert_intermediate_size,
+        )
+    return out
+
+
+def _qwen3_next(model: ModelSpec, common: dict[str, Any], gaps: list[str]) -> dict[str, Any]:
+    """transformers Qwen3NextConfig: Gated DeltaNet layers, every n-th gated full attention, MoE."""
+    n = model.linear_attention_freq
+    if not model.attention_output_gate:
+        gaps.append("qwen3_next's full attention always has an output gate: written with one")
+    if model.activation != "swiglu" or model.norm != "rmsnorm" or not model.is_moe:
+        gaps.append(f"qwen3_next has SwiGLU experts and RMSNorm (got {model.activation}, {model.norm})")
+    return {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "model_type": "qwen3_next",
+        **common,
+        "intermediate_size": model.ffn_hidden_size,
+        "num_key_value_heads": model.kv_groups,
+        "head_dim": model.head_dim,
+        "hidden_act": "silu",
+        "attention_bias": model.attention_bias,
+        "layer_types": ["full_attention" if (i + 1) % n == 0 else "linear_attention" for i in range(model.num_layers)],
+        "full_attention_interval": n,
+        "linear_conv_kernel_dim": model.linear_conv_kernel_dim,
+        "linear_key_head_dim": model.linear_key_head_dim,
+        "linear_value_head_dim": model.linear_value_head_dim,
+        "linear_num_key_heads": model.linear_num_key_heads,
+        "linear_num_value_heads": model.linear_num_value_heads,
+        "num_experts": model.num_experts,
+        "moe_intermediate_size": model.expert_ffn,
+        "shared_expert_intermediate_size": model.moe_shared_expert_intermediate_size,
+        "num_experts_per_tok": model.moe_router_topk,
+        "decoder_sparse_step": model.moe_layer_freq,
+        "mlp_only_layers": list(range(model.moe_first_k_dense)),
+        "rms_norm_eps": 1e-6,
+    }
+
+
+def _llama4(model: ModelSpec, common: dict[str, Any], gaps: list[str]) -> dict[str, Any]:
+    """transformers Llama4TextConfig (`llama4_text`, the text model alone): chunked attention, interleaved MoE."""
+    step = model.moe_layer_freq
+    if model.moe_first_k_dense != step - 1 or model.moe_shared_expert_intermediate_size != model.expert_ffn:
+        gaps.append("llama4 places MoE on layers step-1, 2·step-1, ... with a shared expert as wide as a routed one")
+    if model.activation != "swiglu" or model.norm != "rmsnorm":
+        gaps.append(f"llama4 has SwiGLU and RMSNorm (got {model.activation}, {model.norm})")
+    return {
+        "architectures": ["Llama4ForCausalLM"],
+        "model_type": "llama4_text",
+        **common,
+        "intermediate_size": model.expert_ffn,
+        "intermediate_size_mlp": model.ffn_hidden_size,
+        "num_key_value_heads": model.kv_groups,
+        "head_dim": model.head_dim,
+        "hidden_act": "silu",
+        "attention_bias": model.attention_bias,
+        "num_local_experts": model.num_experts,
+        "num_experts_per_tok": model.moe_router_topk,
+        "interleave_moe_layer_step": step,
+        "attention_chunk_size": model.attention_chunk_size,
+        "no_rope_layer_interval": model.nope_layer_interval,
+        "rms_norm_eps": 1e-5,
+    }
 
 
 def write_hf(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, strict: bool = False) -> str:

@@ -274,6 +274,16 @@ def specs_from_megatron(
                     f"{label('pipeline_model_parallel_layout')} places {mtp_in_layout} MTP layers (m) but "
                     f"{label('mtp_num_layers')} is {v.get('mtp_num_layers', 0)}"
                 )
+    hybrid = _hybrid_pattern(v, problems, label)
+    if hybrid is not None and "|" in hybrid:
+        if layout_text:
+            problems.add(f"{label('pipeline_model_parallel_layout')} and '|' in the hybrid pattern both set the stages")
+        counts = tuple(len(segment) for segment in hybrid.split("|"))
+        if len(counts) % pp:
+            problems.add(f"the hybrid pattern's '|' make {len(counts)} stages, not a multiple of pp {pp}")
+        else:
+            vpp = len(counts) // pp
+            train["pipeline_layout"] = counts
     if vpp > 1 and pp < 2:
         problems.add(f"virtual pipeline stages ({vpp} per rank) need {label('pipeline_model_parallel_size')} > 1")
     if vpp > 1:
@@ -283,6 +293,9 @@ def specs_from_megatron(
         train["pipeline_schedule"] = schedule
     # ---- model
     model_fields, model_defaults = _model_fields(v, problems, label, num_layers)
+    if hybrid is not None:
+        model_fields.update(_hybrid_fields(v, hybrid.replace("|", ""), problems, label))
+    model_fields.update(_linear_attention_fields(v, problems, label))
     spec_model = model_from_fields(model_fields, model_defaults, name, source, problems)
     # ---- batch defaults that need the GPU count
     if "global_batch_size" not in train:
@@ -305,6 +318,83 @@ def specs_from_megatron(
         train_fields=frozenset(train) - {"framework"},
     )
     return ReadConfig(spec_model, spec, hints)
+
+
+HYBRID_PATTERN_DESTS = ("hybrid_layer_pattern", "hybrid_override_pattern")
+MAMBA_DESTS = ("mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads")
+
+
+def _hybrid_pattern(v: Mapping[str, Any], problems: Problems, label: Label) -> str | None:
+    """The hybrid layer pattern (`--hybrid-layer-pattern`, or the older `--hybrid-override-pattern`), '|' kept."""
+    given = [dest for dest in HYBRID_PATTERN_DESTS if v.get(dest)]
+    if len(given) > 1 and v[given[0]] != v[given[1]]:
+        problems.add(f"{label(given[0])} and {label(given[1])} differ: give one")
+    if not given:
+        for dest in MAMBA_DESTS:
+            if dest in v:
+                problems.add(
+                    f"{label(dest)} is set without a hybrid layer pattern ({label('hybrid_override_pattern')})"
+                )
+        return None
+    pattern = str(v[given[0]])
+    if "/" in pattern:
+        problems.add(f"{label(given[0])}: MTP patterns after '/' are not modelled (got '{pattern}')")
+        pattern = pattern.split("/")[0]
+    return pattern
+
+
+def _hybrid_fields(v: Mapping[str, Any], pattern: str, problems: Problems, label: Label) -> dict[str, Any]:
+    """A hybrid model's fields: its pattern, layer count, Mamba sizes; no positional embedding (pretrain_mamba.py's
+    default position_embedding_type none) unless given."""
+    if "num_layers" in v and v["num_layers"] != len(pattern):
+        problems.add(f"{label('num_layers')} {v['num_layers']} but the hybrid pattern has {len(pattern)} layers")
+    out: dict[str, Any] = {"hybrid_layer_pattern": pattern, "num_layers": len(pattern)}
+    for dest in MAMBA_DESTS:
+        if dest in v:
+            out[dest] = v[dest]
+    if "position_embedding_type" not in v and not v.get("use_rotary_position_embeddings"):
+        out["position"] = "none"
+    return out
+
+
+GDN_DESTS = (
+    "linear_attention_freq",
+    "linear_conv_kernel_dim",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+)
+
+
+DSA_DESTS = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk")
+
+
+def _linear_attention_fields(v: Mapping[str, Any], problems: Problems, label: Label) -> dict[str, Any]:
+    """Gated DeltaNet layers (`--experimental-attention-variant gated_delta_net`) and the attention output gate."""
+    out: dict[str, Any] = {}
+    if v.get("attention_output_gate"):
+        out["attention_output_gate"] = True
+    variant = v.get("experimental_attention_variant")
+    if variant == "dsa":  # megatron-core 0.19.2: dsa_indexer_n_heads, _head_dim, _topk have no defaults
+        for dest in DSA_DESTS:
+            if dest in v:
+                out[dest] = v[dest]
+            else:
+                problems.add(f"{label('experimental_attention_variant')} dsa needs {label(dest)}")
+    elif variant == "gated_delta_net":
+        if not v.get("linear_attention_freq"):
+            problems.add(
+                f"{label('experimental_attention_variant')} gated_delta_net needs {label('linear_attention_freq')}"
+            )
+        for dest in GDN_DESTS:
+            if dest in v:
+                out[dest] = v[dest]
+    else:
+        for dest in GDN_DESTS:
+            if dest in v:
+                problems.add(f"{label(dest)} is set without {label('experimental_attention_variant')} gated_delta_net")
+    return out
 
 
 def _model_fields(
@@ -410,6 +500,12 @@ MODEL_DESTS = frozenset(
         *"add_qkv_bias hidden_dropout attention_dropout num_experts moe_ffn_hidden_size moe_router_topk".split(),
         *"moe_shared_expert_intermediate_size moe_layer_freq mtp_num_layers max_position_embeddings".split(),
         *MLA_DETAIL_DESTS,
+        # hybrid, Gated DeltaNet and sparse-attention shapes (the hybrid pattern itself carries the '|' stages of the
+        # plan, so it stays with the plan values)
+        *"is_hybrid_model mamba_state_dim mamba_head_dim mamba_num_groups mamba_num_heads".split(),
+        *"experimental_attention_variant linear_attention_freq linear_conv_kernel_dim linear_key_head_dim".split(),
+        *"linear_value_head_dim linear_num_key_heads linear_num_value_heads attention_output_gate".split(),
+        *"dsa_indexer_n_heads dsa_indexer_head_dim dsa_indexer_topk".split(),
     )
 )
 """What `megatron_values` writes about the model's architecture; the rest is the training plan."""
@@ -420,6 +516,17 @@ def megatron_plan_values(model: ModelSpec, system: SystemSpec, train: TrainingSp
     precision and overlap flags, for a model the run already describes (`paraplan tune`'s reproducer)."""
     values, gaps = megatron_values(model, system, train)
     return {dest: value for dest, value in values.items() if dest not in MODEL_DESTS}, gaps
+
+
+def pattern_with_stages(pattern: str, layout: tuple[int, ...] | None) -> str:
+    """The hybrid pattern with '|' between pipeline stages (megatron-core 0.19.2 hybrid_layer_allocation)."""
+    if layout is None:
+        return pattern
+    segments, start = [], 0
+    for n in layout:
+        segments.append(pattern[start : start + n])
+        start += n
+    return "|".join(segments)
 
 
 def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -> tuple[dict[str, Any], list[str]]:
@@ -486,6 +593,30 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
             out["moe_token_dispatcher_type"] = "alltoall"
     if model.mtp_num_layers:
         out["mtp_num_layers"] = model.mtp_num_layers
+    if model.attention_chunk_size:
+        gaps.append(
+            f"chunked attention (chunks of {model.attention_chunk_size}, NoPE every {model.nope_layer_interval}): "
+            "Megatron-LM has no flag for it (Megatron-Bridge's Llama 4 provider sets attention_chunk_size)"
+        )
+    if model.attention_output_gate:
+        out["attention_output_gate"] = True
+    if model.dsa_indexer_n_heads:
+        out["experimental_attention_variant"] = "dsa"
+        for dest in DSA_DESTS:
+            out[dest] = getattr(model, dest)
+    if model.linear_attention_freq:
+        out["experimental_attention_variant"] = "gated_delta_net"
+        for dest in GDN_DESTS:
+            out[dest] = getattr(model, dest)
+    if model.is_hybrid:
+        out["is_hybrid_model"] = True
+        out["hybrid_override_pattern"] = pattern_with_stages(model.hybrid_layer_pattern or "", train.pipeline_layout)
+        out["mamba_state_dim"] = model.mamba_state_dim
+        out["mamba_head_dim"] = model.mamba_head_dim
+        out["mamba_num_groups"] = model.mamba_num_groups
+        out["mamba_num_heads"] = model.mamba_heads
+        if model.mamba_conv_kernel != 4:
+            gaps.append(f"Mamba conv1d width {model.mamba_conv_kernel} (Megatron's MambaMixer has d_conv=4, no flag)")
     # ---- parallel layout
     out["tensor_model_parallel_size"] = train.tp
     out["pipeline_model_parallel_size"] = train.pp
@@ -493,7 +624,9 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
     if "megatron" not in train.schedule.framework_names and train.pp > 1:
         gaps.append(f"pipeline schedule {train.pipeline_schedule} (Megatron-LM runs 1F1B or interleaved 1F1B)")
         chunks = 1
-    if train.pipeline_layout is not None:
+    if train.pipeline_layout is not None and model.is_hybrid:
+        pass  # the stages are the '|' of the hybrid pattern
+    elif train.pipeline_layout is not None:
         out["pipeline_model_parallel_layout"] = format_pipeline_layout(train.pipeline_layout, model.mtp_num_layers)
     elif chunks > 1:
         uneven = (

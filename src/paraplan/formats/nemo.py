@@ -34,7 +34,14 @@ from paraplan.formats.common import (
 )
 from paraplan.formats.megatron_args import BY_DEST, FP8_DETAIL_DESTS, MOE_DETAIL_DESTS
 from paraplan.formats.megatron_layout import format_layer_pattern, format_pipeline_layout
-from paraplan.formats.megatron_map import specs_from_megatron, typed_value
+from paraplan.formats.megatron_map import (
+    DSA_DESTS,
+    GDN_DESTS,
+    MAMBA_DESTS,
+    pattern_with_stages,
+    specs_from_megatron,
+    typed_value,
+)
 from paraplan.graph.partition import chunks_per_rank
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -64,7 +71,12 @@ SAME_NAME = frozenset(
         "num_layers_at_end_in_bf16 fp4 fp4_recipe bf16 fp16 tp_comm_overlap overlap_moe_expert_parallel_comm "
         "attention_backend cp_comm_type global_batch_size micro_batch_size use_distributed_optimizer "
         "overlap_grad_reduce overlap_param_gather use_megatron_fsdp data_parallel_sharding_strategy "
-        "cross_entropy_loss_fusion moe_token_dispatcher_type moe_flex_dispatcher_backend"
+        "cross_entropy_loss_fusion moe_token_dispatcher_type moe_flex_dispatcher_backend "
+        # hybrid and linear/sparse-attention models (megatron-core 0.19.2 TransformerConfig names)
+        "hybrid_layer_pattern hybrid_override_pattern mamba_state_dim mamba_head_dim mamba_num_groups mamba_num_heads "
+        "experimental_attention_variant linear_attention_freq linear_conv_kernel_dim linear_key_head_dim "
+        "linear_value_head_dim linear_num_key_heads linear_num_value_heads attention_output_gate "
+        "dsa_indexer_n_heads dsa_indexer_head_dim dsa_indexer_topk"
     ).split()
 )
 # Handled apart from the table above.
@@ -356,6 +368,29 @@ def read_nemo(path_or_text: str | Path, *, num_gpus: int | None = None, model: M
 
 
 # ----------------------------------------------------------------------------- writing
+def _mixer_fields(model: ModelSpec, train: TrainingSpec, gaps: list[str]) -> dict[str, Any]:
+    """Megatron-core's fields for the mixers other than full attention (the same values the Megatron writer uses)."""
+    out: dict[str, Any] = {}
+    if model.is_hybrid:
+        out["hybrid_layer_pattern"] = pattern_with_stages(model.hybrid_layer_pattern or "", train.pipeline_layout)
+        out.update({dest: getattr(model, dest) for dest in MAMBA_DESTS})
+        out["mamba_num_heads"] = model.mamba_heads
+    if model.attention_output_gate:
+        out["attention_output_gate"] = True
+    if model.linear_attention_freq:
+        out["experimental_attention_variant"] = "gated_delta_net"
+        out.update({dest: getattr(model, dest) for dest in GDN_DESTS})
+    if model.dsa_indexer_n_heads:
+        out["experimental_attention_variant"] = "dsa"
+        out.update({dest: getattr(model, dest) for dest in DSA_DESTS})
+    if model.attention_chunk_size:
+        gaps.append(
+            f"chunked attention (chunks of {model.attention_chunk_size}, NoPE every {model.nope_layer_interval}): "
+            "Megatron-core has no field for it (Megatron-Bridge's Llama 4 provider adds attention_chunk_size)"
+        )
+    return out
+
+
 def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, strict: bool = False) -> str:
     """A Megatron-Bridge ConfigContainer override YAML for this plan."""
     train = resolve_dp(train, system)
@@ -408,6 +443,7 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
         )
     if model.mtp_num_layers:
         m["mtp_num_layers"] = model.mtp_num_layers
+    m.update(_mixer_fields(model, train, gaps))
     chunks = chunks_per_rank(train)
     if "megatron" not in train.schedule.framework_names and train.pp > 1:  # NeMo runs Megatron-core's
         gaps.append(f"pipeline schedule {train.pipeline_schedule} (Megatron-core runs 1F1B or interleaved 1F1B)")
@@ -425,7 +461,7 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
         account_for_embedding_in_pipeline_split=train.account_for_embedding_in_pipeline_split,
         account_for_loss_in_pipeline_split=train.account_for_loss_in_pipeline_split,
     )
-    if train.pipeline_layout is not None:
+    if train.pipeline_layout is not None and not model.is_hybrid:  # a hybrid pattern carries its stages as '|'
         m["pipeline_model_parallel_layout"] = format_pipeline_layout(train.pipeline_layout, model.mtp_num_layers)
     if train.recompute_granularity != "none":
         m["recompute_granularity"] = train.recompute_granularity

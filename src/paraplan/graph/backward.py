@@ -19,8 +19,12 @@ from paraplan.graph.ops import CommKind, GemmShape, Op, OpKind, Phase
 # backward's second gather of that linear's sequence-parallel input
 TP_INPUT_GRAD = frozenset({"tp_input_grad"})
 TP_REGATHER = frozenset({"tp_regather"})
-WEIGHTLESS_GEMMS = frozenset({"attn_scores", "attn_context"})
+WEIGHTLESS_GEMMS = frozenset({"attn_scores", "attn_context", "indexer_scores"})
 FLASH_BACKWARD_FLOPS = 2.5
+# A chunked scan's backward (mamba_ssm `ChunkScanCombinedFn.backward`, fla's chunked delta rule) recomputes the chunk
+# states and takes two gradient matmuls per forward matmul: counted like flash attention's, 2.5x the forward FLOPs
+# (an assumption: no published FLOP count of these backward kernels was found).
+SCAN_BACKWARD_FLOPS = 2.5
 ELEMENTWISE_BACKWARD_TRAFFIC = 1.5  # read the saved input and the output gradient, write the input gradient
 
 
@@ -58,6 +62,13 @@ def backward_ops(op: Op) -> list[Op]:
                 saved_bytes=0.0,
             )
         ]
+    if op.kind is OpKind.SCAN:
+        return [
+            replace(
+                op, phase=Phase.BACKWARD_INPUT, flops=op.flops * SCAN_BACKWARD_FLOPS, bytes_moved=op.bytes_moved * 2,
+                saved_bytes=0.0, host_ops=2 * op.host_ops,
+            )
+        ]  # fmt: skip
     if op.kind is OpKind.ELEMENTWISE:
         moved = op.bytes_moved * ELEMENTWISE_BACKWARD_TRAFFIC if op.backward_bytes is None else op.backward_bytes
         # an eager split is a view forward (no kernel) and one concatenation backward

@@ -8,6 +8,7 @@ operators (a GEMM output that is the next op's input) are counted once, by the c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from paraplan.graph.backward import TP_INPUT_GRAD
@@ -41,6 +42,11 @@ FP8_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
 SELECTIVE = frozenset({"selective"})
 MOE = frozenset({"moe"})
 EAGER_TAG = frozenset({"eager"})  # a memory-bound op run as eager PyTorch's separate kernels
+
+
+AttentionCore = Callable[[ModelSpec, "Shard", int, int, int], list[Op]]
+"""Builds the core of an MLA layer in place of dense attention: (model, shard, heads on this rank, qk head dim,
+v head dim) -> ops."""
 
 
 def activation_bytes(precision: str) -> int:
@@ -265,10 +271,53 @@ def _softmax(shard: Shard, score_elems: int, attn_batches: int, seq_q: int, seq_
     )
 
 
-def _core_attention(model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int) -> list[Op]:
+def causal_window_keys(seq: int, window: int) -> float:
+    """Keys a query attends on average when it sees at most `window` earlier keys of a causal sequence: the average
+    causal sliding-window context (Megatron-Bridge 0.6.2 flop_utils `calculate_swa_context`); seq/2 without a limit."""
+    if window <= 0 or window >= seq:
+        return seq / 2
+    return window - window * (window - 1) / (2 * seq)
+
+
+def local_attention_op(
+    model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int, keys: float, tags=frozenset()
+) -> Op:
+    """A flash kernel over `keys` keys per query on average (sliding window, sparse top-k): counted like full
+    attention, as the square of twice the keys a causal query attends (so it equals full attention when the window
+    spans the sequence), with the kernel doing half of that (`AttentionShape.causal`)."""
+    b, s = shard.batch, shard.seq
+    square = max(1, round(2 * keys))
+    io_bytes = shard.act_bytes * b * (s * heads * (d_qk + d_v) + shard.seq_full * kv_heads * (d_qk + d_v))
+    return Op(
+        name="attn_core",
+        kind=OpKind.ATTENTION,
+        phase=Phase.FORWARD,
+        flops=2.0 * b * heads * s * 2 * keys * (d_qk + d_v),
+        bytes_moved=float(io_bytes),
+        attention=AttentionShape(
+            batch=b, seq_q=s, seq_kv=square, heads=heads, kv_heads=kv_heads, head_dim_qk=d_qk, head_dim_v=d_v
+        ),
+        saved_bytes=float(4 * b * heads * s),  # fp32 log-sum-exp per query row
+        precision=shard.act_precision,
+        tags=tags,
+    )
+
+
+def _core_attention(
+    model: ModelSpec, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int, local: bool = False
+) -> list[Op]:
     """Attention scores, softmax and context. Q, K, V are saved by the GEMMs that produce them and the
-    output by the projection that consumes it; this op saves only what is its own."""
+    output by the projection that consumes it; this op saves only what is its own. `local`: the model's local
+    attention (context parallelism is refused with it, `specs.validate`): chunked (Llama 4), each query attending
+    causally within its chunk, the same work as a batch of sequences one chunk long (a last partial chunk counted
+    whole); or a sliding window (flash kernels only: the unfused path masks a whole square)."""
     b, s, skv = shard.batch, shard.seq, shard.seq_full
+    chunk = model.attention_chunk_size if local else 0
+    if 0 < chunk < shard.seq_full:
+        b, s, skv = b * -(-shard.seq_full // chunk), chunk, chunk
+    if local and model.window_size and shard.flash:
+        keys = causal_window_keys(shard.seq_full, model.window_size)
+        return [local_attention_op(model, shard, heads, kv_heads, d_qk, d_v, keys)]
     shape = AttentionShape(
         batch=b, seq_q=s, seq_kv=skv, heads=heads, kv_heads=kv_heads, head_dim_qk=d_qk, head_dim_v=d_v
     )
@@ -338,30 +387,40 @@ def _cp_exchange(model: ModelSpec, shard: Shard, kv_width: int) -> list[Op]:
     return [_comm("cp_kv_exchange", CommKind.SEND_RECV, CommAxis.CP, shard.cp, nbytes)]
 
 
-def attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
-    """Norm, QKV, rotary, core attention, output projection, residual (GQA/MQA/MHA)."""
+def attention_ops(model: ModelSpec, shard: Shard, local: bool = False) -> list[Op]:
+    """Norm, QKV, rotary, core attention, output projection, residual (GQA/MQA/MHA); `local`: the model's chunked
+    or sliding-window attention (`_core_attention`)."""
     h, t = model.hidden_size, shard.tp
     heads = model.num_attention_heads // t
     kv_heads = max(1, model.kv_groups // t)
     d = model.head_dim
     tokens = shard.tokens
     ops = [_norm("attn_norm", model, shard), *_tp_enter("tp_ag_attn", shard, h)]
-    qkv_width = (heads + 2 * kv_heads) * d
+    # Q, K, V; and the output gate with `attention_output_gate` (Qwen3-Next: sigmoid(gate) x attention output)
+    gate_width = heads * d if model.attention_output_gate else 0
+    qkv_width = (heads + 2 * kv_heads) * d + gate_width
     qkv_saved = shard.act_bytes * tokens * (h / shard.sp_div + qkv_width)  # its input, and Q, K, V for attention
     ops.append(_gemm("qkv", tokens, qkv_width, h, shard, saved=qkv_saved))
     ops += _split_grad("qkv_split", shard, tokens * qkv_width)
     if model.position == "rope":
         ops.append(_rotary(shard, tokens * (heads + kv_heads) * d))
     ops += _cp_exchange(model, shard, 2 * kv_heads * d)
-    ops += _core_attention(model, shard, heads, kv_heads, d, d)
+    ops += _core_attention(model, shard, heads, kv_heads, d, d, local)
+    if gate_width:  # read the attention output and the gate, write the gated output; keep the attention output
+        gated = tokens * gate_width
+        ops.append(
+            _elementwise(shard, "attn_output_gate", 3 * shard.act_bytes * gated, saved=shard.act_bytes * gated,
+                         flops=4 * gated)
+        )  # fmt: skip
     ops.append(_gemm("attn_out", tokens, h, heads * d, shard, saved=shard.act_bytes * tokens * heads * d))
     ops += _tp_exit("tp_rs_attn", shard, h)
     ops += _residual("attn_residual", model, shard)
     return ops
 
 
-def mla_attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
-    """Multi-head latent attention (DeepSeek-V2/V3): low-rank q and kv with a decoupled rotary part.
+def mla_attention_ops(model: ModelSpec, shard: Shard, attention_core: AttentionCore | None = None) -> list[Op]:
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank q and kv with a decoupled rotary part. `attention_core`:
+    the ops that replace the dense core (heads, qk and v head dims given), the layer kind's choice.
 
     Down-projections are replicated across TP, up-projections column-parallel (Megatron-core MLA).
     """
@@ -394,7 +453,10 @@ def mla_attention_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     ops.append(_gemm("kv_up", tokens, kv_width, kv_rank, shard, saved=kv_saved))
     ops.append(_rotary(shard, tokens * (heads + 1) * d_rope))
     ops += _cp_exchange(model, shard, heads * (d_nope + d_rope + d_v))
-    ops += _core_attention(model, shard, heads, heads, d_nope + d_rope, d_v)
+    if attention_core is not None:  # e.g. DeepSeek sparse attention (`graph.dsa`): its indexer and its sparse core
+        ops += attention_core(model, shard, heads, d_nope + d_rope, d_v)
+    else:
+        ops += _core_attention(model, shard, heads, heads, d_nope + d_rope, d_v)
     ops.append(_gemm("attn_out", tokens, h, heads * d_v, shard, saved=shard.act_bytes * tokens * heads * d_v))
     ops += _tp_exit("tp_rs_attn", shard, h)
     ops += _residual("attn_residual", model, shard)
@@ -566,6 +628,10 @@ def _fields(op: Op) -> dict:
     return {s: getattr(op, s) for s in Op.__slots__}
 
 
-def decoder_layer_ops(model: ModelSpec, shard: Shard, moe: bool) -> list[Op]:
-    attn = mla_attention_ops(model, shard) if model.is_mla else attention_ops(model, shard)
+def decoder_layer_ops(
+    model: ModelSpec, shard: Shard, moe: bool, local: bool = False, attention_core: AttentionCore | None = None
+) -> list[Op]:
+    """Attention (MLA, with `attention_core` in place of its dense core; or GQA, with optional local attention:
+    chunked or sliding window) and a dense or MoE MLP."""
+    attn = mla_attention_ops(model, shard, attention_core) if model.is_mla else attention_ops(model, shard, local)
     return attn + (moe_ops(model, shard) if moe else mlp_ops(model, shard))

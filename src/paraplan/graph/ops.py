@@ -16,6 +16,7 @@ class OpKind(StrEnum):
     ATTENTION = "attention"  # fused (flash) attention core
     ELEMENTWISE = "elementwise"  # memory-bound: norms, activations, rotary, residual, softmax, dropout
     COMM = "comm"  # a collective or point-to-point transfer inserted by the parallel plan
+    SCAN = "scan"  # a fused chunked scan of a state-space or linear-attention mixer (Mamba-2 SSD, the delta rule)
 
 
 class Phase(StrEnum):
@@ -64,6 +65,19 @@ class AttentionShape:
 
 
 @dataclass(frozen=True, slots=True)
+class ScanShape:
+    """A chunked scan over the whole sequence (Dao & Gu 2024, "Transformers are SSMs", section 6): per head a
+    recurrent state of `state_dim` x `head_dim`, updated chunk by chunk."""
+
+    batch: int
+    seq: int  # tokens each sequence's scan runs over on this rank
+    heads: int  # heads on this rank (after TP and CP)
+    head_dim: int  # P: value dim per head
+    state_dim: int  # N: state (key) dim per head
+    chunk: int  # Q: chunk length of the chunked algorithm
+
+
+@dataclass(frozen=True, slots=True)
 class CommShape:
     kind: CommKind
     axis: CommAxis
@@ -90,6 +104,7 @@ class Op:
     gemm: GemmShape | None = None
     attention: AttentionShape | None = None
     comm: CommShape | None = None
+    scan: ScanShape | None = None
     saved_bytes: float = 0.0
     precision: str = "bf16"  # the math precision of this op (GEMMs may run in fp8)
     tags: frozenset[str] = field(default_factory=frozenset)  # e.g. {"moe"}, {"mla"}, {"selective"}

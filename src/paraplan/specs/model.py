@@ -9,11 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
-from paraplan.errors import reject_unknown_names
+from paraplan.errors import ConfigError, reject_unknown_names
 
 Activation = Literal["swiglu", "gelu", "squared_relu", "relu", "geglu"]
 Norm = Literal["rmsnorm", "layernorm"]
 Position = Literal["rope", "learned", "alibi", "none"]
+
+# Megatron-core's hybrid layer symbols (megatron-core 0.19.2, models/hybrid/hybrid_layer_allocation.py `Symbols`):
+# one decoder block per character. paraplan models these four; Megatron also has G (Gated DeltaNet), D (DeepSeek
+# sparse attention) and + (MLA), and "|" (pipeline stage boundaries, a training layout) and "/" (MTP patterns).
+MAMBA, ATTENTION, MLP, MOE = "M", "*", "-", "E"
+PATTERN_SYMBOLS = (MAMBA, ATTENTION, MLP, MOE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +60,84 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # --- DeepSeek sparse attention over MLA (DeepSeek-V3.2); Megatron-core 0.19.2 `dsa_indexer_*` names ---
+    dsa_indexer_n_heads: int = 0
+    """Heads of the lightning indexer that picks each query's keys (V3.2: 64). 0: dense attention."""
+    dsa_indexer_head_dim: int = 128
+    dsa_indexer_topk: int = 2048
+    """Keys each query attends to (V3.2: 2048)."""
     # --- multi-token prediction (DeepSeek-V3) ---
     mtp_num_layers: int = 0
+    # --- hybrid models (Nemotron-H, Nemotron 3): Megatron-core `hybrid_layer_pattern` ---
+    hybrid_layer_pattern: str | None = None
+    """One decoder block per character (Megatron's `--hybrid-override-pattern`, now `hybrid_layer_pattern`): M a
+    Mamba-2 mixer, * self-attention, - a dense MLP, E an MoE MLP, each with its own pre-norm and residual. None: every
+    layer is attention + MLP (or MoE). When set, `num_layers` is its length."""
+    # --- Mamba-2 mixer (Dao & Gu 2024); defaults are Megatron-core's (0.19.2 TransformerConfig, MambaMixer) ---
+    mamba_state_dim: int = 128
+    """SSM state size N per head (`mamba_state_dim`, HF `ssm_state_size`)."""
+    mamba_head_dim: int = 64
+    """Head dim P (`mamba_head_dim`)."""
+    mamba_num_groups: int = 8
+    """Groups G sharing B and C (`mamba_num_groups`, HF `n_groups`)."""
+    mamba_num_heads: int | None = None
+    """Heads H (`mamba_num_heads`). None: d_inner / head dim with d_inner = 2 x hidden (MambaMixer's expand=2)."""
+    mamba_conv_kernel: int = 4
+    """Causal conv1d width (MambaMixer `d_conv=4`, HF `conv_kernel`)."""
+    # --- Gated DeltaNet linear attention (Yang et al. 2024), interleaved with full attention (Qwen3-Next) ---
+    linear_attention_freq: int = 0
+    """Every n-th layer is full attention, the others Gated DeltaNet: layer i (0-based) is full attention when
+    (i + 1) % n == 0 (Megatron `linear_attention_freq` with `experimental_attention_variant=gated_delta_net`,
+    megatron-core 0.19.2; HF `full_attention_interval`). 0: no linear attention."""
+    linear_conv_kernel_dim: int = 4
+    linear_key_head_dim: int = 128
+    linear_value_head_dim: int = 128
+    linear_num_key_heads: int = 16
+    linear_num_value_heads: int = 32
+    """Gated DeltaNet shapes (Megatron `linear_*`, HF the same names); defaults are megatron-core 0.19.2's."""
+    # --- chunked local attention with periodic global layers (Llama 4) ---
+    attention_chunk_size: int = 0
+    """Layers with RoPE attend only within chunks of this many tokens (Llama 4: 8192; HF and Megatron-Bridge
+    `attention_chunk_size`). 0: full attention in every layer."""
+    nope_layer_interval: int = 0
+    """Every n-th layer, (i + 1) % n == 0, has no RoPE and attends globally (HF `no_rope_layer_interval`,
+    Megatron-Bridge `nope_layer_interval`); with `attention_chunk_size` the others are chunked. 0: none."""
+    window_size: int = 0
+    """Sliding-window attention: each query attends to the `window_size` keys before it (Megatron `window_size`, its
+    left window; HF `sliding_window`). 0: none."""
+    window_attn_skip_freq: int = 0
+    """With `window_size`: every n-th layer, (i + 1) % n == 0, attends globally (Megatron `window_attn_skip_freq`). 0:
+    every layer slides."""
+    attention_output_gate: bool = False
+    """Full attention gated by sigmoid(x W_g) before its output projection (Qwen3-Next; Megatron
+    `attention_output_gate`): the QKV projection also produces the gate, heads x head dim wide."""
     source: str = ""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.linear_attention_freq < 0:
+            problems.append(f"linear_attention_freq must be >= 0 (got {self.linear_attention_freq})")
+        if self.dsa_indexer_n_heads and self.kv_lora_rank is None:
+            problems.append("DeepSeek sparse attention (dsa_indexer_n_heads) runs over MLA: set kv_lora_rank")
+        if sum(map(bool, (self.attention_chunk_size, self.window_size, self.linear_attention_freq))) > 1:
+            problems.append("chunked, sliding-window and Gated DeltaNet layers together are not modelled: give one")
+        pattern = self.hybrid_layer_pattern
+        if pattern is not None:
+            if self.linear_attention_freq:
+                problems.append("a hybrid layer pattern and linear_attention_freq both set the mixers: give one")
+            unknown = sorted(set(pattern) - set(PATTERN_SYMBOLS))
+            if unknown:
+                problems.append(
+                    f"hybrid layer pattern symbols {unknown} are not modelled: paraplan knows "
+                    f"{', '.join(PATTERN_SYMBOLS)} (M Mamba-2, * attention, - MLP, E MoE); give pipeline stages as "
+                    "a pipeline layout, not '|'"
+                )
+            if len(pattern) != self.num_layers:
+                problems.append(f"hybrid layer pattern has {len(pattern)} layers, num_layers is {self.num_layers}")
+            if MOE in pattern and self.num_experts <= 0:
+                problems.append("hybrid layer pattern has MoE layers (E) but the model has no experts")
+        if problems:
+            raise ConfigError(problems)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -91,8 +172,65 @@ class ModelSpec:
     def v_dim(self) -> int:
         return self.v_head_dim if self.is_mla else self.head_dim
 
+    @property
+    def is_hybrid(self) -> bool:
+        """Decoder blocks follow `hybrid_layer_pattern` (one mixer or MLP per block)."""
+        return self.hybrid_layer_pattern is not None
+
+    def layer_symbol(self, index: int) -> str | None:
+        """The hybrid pattern's symbol of decoder block `index` (0-based); None for a plain transformer."""
+        return None if self.hybrid_layer_pattern is None else self.hybrid_layer_pattern[index]
+
+    def pattern_count(self, symbol: str) -> int:
+        return 0 if self.hybrid_layer_pattern is None else self.hybrid_layer_pattern.count(symbol)
+
+    @property
+    def has_mamba(self) -> bool:
+        return self.pattern_count(MAMBA) > 0
+
+    @property
+    def mamba_heads(self) -> int:
+        return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
+
+    @property
+    def mamba_inner(self) -> int:
+        """d_inner = heads x head dim (MambaMixer)."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def has_unequal_mixers(self) -> bool:
+        """Decoder layers of different mixers (a hybrid pattern, or Gated DeltaNet among full attention): their work
+        differs, so pipeline splits balance work rather than layer counts (`graph.balance`)."""
+        return self.is_hybrid or self.linear_attention_freq > 0 or self.attention_chunk_size > 0 or self.window_size > 0
+
+    def mixer_of(self, index: int) -> str:
+        """How decoder layer `index` (0-based) mixes tokens: "gdn" (Gated DeltaNet), "local" (chunked or
+        sliding-window attention), or "attention"; a hybrid pattern's blocks are named by `layer_symbol`."""
+        if self.is_linear_attention_layer(index):
+            return "gdn"
+        if self.is_local_attention_layer(index):
+            return "local"
+        return "attention"
+
+    def is_local_attention_layer(self, index: int) -> bool:
+        """Chunked (`attention_chunk_size`, all but every `nope_layer_interval`-th layer) or sliding-window
+        (`window_size`, all but every `window_attn_skip_freq`-th layer) attention in layer `index`."""
+        if self.attention_chunk_size > 0:
+            every = self.nope_layer_interval
+        elif self.window_size > 0:
+            every = self.window_attn_skip_freq
+        else:
+            return False
+        return every <= 0 or (index + 1) % every != 0
+
+    def is_linear_attention_layer(self, index: int) -> bool:
+        """Whether decoder layer `index` (0-based) mixes tokens with Gated DeltaNet instead of full attention."""
+        return self.linear_attention_freq > 0 and (index + 1) % self.linear_attention_freq != 0
+
     def is_moe_layer(self, index: int) -> bool:
-        """Whether decoder layer `index` (0-based) is an MoE layer."""
+        """Whether decoder layer `index` (0-based) is an MoE layer (an E block of a hybrid pattern)."""
+        if self.hybrid_layer_pattern is not None:
+            return self.hybrid_layer_pattern[index] == MOE
         if not self.is_moe or index < self.moe_first_k_dense:
             return False
         return (index - self.moe_first_k_dense) % self.moe_layer_freq == 0

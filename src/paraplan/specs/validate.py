@@ -111,6 +111,7 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
             )
         elif rest_stages == 0 and rest_layers != 0:
             p.append(f"first + last pipeline layers must equal the model's {model.num_layers} layers with pp=2")
+    p += mixer_problems(model, train)
     if model.is_moe:
         if model.num_experts % ep:
             p.append(f"experts {model.num_experts} must be divisible by ep {ep}")
@@ -131,6 +132,62 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"MoE with tp {tp} > 1 and ep {ep} > 1 needs sequence parallelism (Megatron rule)")
     if train.recompute_num_layers is not None and train.recompute_granularity != "full":
         p.append("recompute_num_layers needs recompute full")
+    return p
+
+
+def mixer_problems(model: ModelSpec, train: TrainingSpec) -> list[str]:
+    """What the token mixers other than full attention cannot split: Megatron-core 0.19.2's own asserts, named
+    (MambaMixer in ssm/mamba_mixer.py, MambaContextParallel in ssm/mamba_context_parallel.py,
+    hybrid_layer_allocation.py, TransformerConfig for Gated DeltaNet); local attention under CP is not modelled."""
+    p: list[str] = []
+    tp, cp = train.tp, train.cp
+    if model.attention_chunk_size and cp > 1:
+        p.append(
+            f"cp {cp} > 1 with chunked attention (chunks of {model.attention_chunk_size}) is not modelled: "
+            "paraplan splits a chunked layer's sequence only with cp = 1"
+        )
+    if model.window_size and cp > 1:
+        p.append(
+            f"cp {cp} > 1 with sliding-window attention (window {model.window_size}) is not modelled: "
+            "paraplan splits a sliding-window layer's sequence only with cp = 1"
+        )
+    if model.linear_attention_freq:  # Gated DeltaNet: TransformerConfig.__post_init__ (megatron-core 0.19.2)
+        k_heads, v_heads = model.linear_num_key_heads, model.linear_num_value_heads
+        if v_heads % k_heads:
+            p.append(f"Gated DeltaNet value heads {v_heads} must be a multiple of its key heads {k_heads}")
+        for what, heads in (("key", k_heads), ("value", v_heads)):
+            if heads % (tp * cp):
+                p.append(
+                    f"Gated DeltaNet {what} heads {heads} must be divisible by tp*cp = {tp}*{cp} = {tp * cp} "
+                    "(Megatron splits them over TP, and over CP by all-to-all)"
+                )
+    if not model.is_hybrid:
+        return p
+    if model.has_mamba:
+        heads, groups = model.mamba_heads, model.mamba_num_groups
+        if heads % groups:
+            p.append(f"Mamba heads {heads} must be divisible by Mamba groups {groups} (MambaMixer: nheads % ngroups)")
+        if heads % tp:
+            p.append(f"Mamba heads {heads} must be divisible by tp {tp} (MambaMixer splits heads over TP)")
+        if groups % tp:
+            p.append(f"Mamba groups {groups} must be divisible by tp {tp} (MambaMixer splits B/C groups over TP)")
+        elif cp > 1:
+            if heads % (tp * cp):
+                p.append(
+                    f"Mamba heads {heads} must be divisible by tp*cp = {tp}*{cp} = {tp * cp} (MambaContextParallel: "
+                    "each CP rank scans the whole sequence for its share of the heads)"
+                )
+            groups_tp = groups // tp
+            if (groups_tp < cp and cp % groups_tp) or (groups_tp >= cp and groups_tp % cp):
+                p.append(
+                    f"Mamba groups per TP rank {groups_tp} and cp {cp} must divide one another "
+                    "(MambaContextParallel shards or repeats B/C groups over CP)"
+                )
+    if train.vpp > 1 and train.pipeline_layout is None:
+        p.append(
+            f"vpp {train.vpp} > 1 with a hybrid layer pattern needs explicit stage boundaries: give a pipeline layout "
+            "(Megatron: '|' in hybrid_layer_pattern; without them virtual pipelining is refused)"
+        )
     return p
 
 

@@ -14,6 +14,7 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 
+from paraplan.graph.balance import balanced_layout
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.schedule import schedule as schedule_named
 from paraplan.specs.system import SystemSpec
@@ -276,9 +277,14 @@ def model_stages(schedule: str, pp: int, vpp: int) -> int:
     return schedule_named(schedule).model_stages(pp, vpp)
 
 
-def pipeline_split(model: ModelSpec, stages: int) -> dict[str, object] | None:
+def pipeline_split(model: ModelSpec, stages: int, seq: int = 4096) -> dict[str, object] | None:
     """Layers over `stages` model stages: evenly, or (Megatron-Bridge) counting the embedding and the loss
-    as one layer each when that makes it even; None when neither divides."""
+    as one layer each when that makes it even; None when neither divides. A hybrid model's unequal blocks (Mamba,
+    attention, MLP; Gated DeltaNet among full attention) are split by their work instead (`graph.balance`; Megatron's
+    '|' stage boundaries in a hybrid pattern)."""
+    if model.has_unequal_mixers and stages > 1:
+        layout = balanced_layout(model, stages, seq)
+        return None if layout is None else {"pipeline_layout": layout}
     if stages == 1 or model.num_layers % stages == 0:
         return {}
     if (model.num_layers + 2) % stages == 0 and model.num_layers + 2 >= 2 * stages:
@@ -289,7 +295,7 @@ def pipeline_split(model: ModelSpec, stages: int) -> dict[str, object] | None:
 def to_training(problem: TuneProblem, c: Candidate) -> TrainingSpec:
     """The core's training spec for a candidate: its searched fields over the problem's fixed settings, dp
     given explicitly, the pipeline split chosen here."""
-    split = pipeline_split(problem.model, model_stages(c.schedule, c.pp, c.vpp)) or {}
+    split = pipeline_split(problem.model, model_stages(c.schedule, c.pp, c.vpp), problem.seq) or {}
     values: dict[str, object] = {
         **{name: getattr(c.train, name) for name in SEARCHED_FIELDS},
         "expert_tensor_parallel_size": c.etp if problem.model.is_moe else None,

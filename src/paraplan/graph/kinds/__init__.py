@@ -16,13 +16,30 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from paraplan.errors import ConfigError
-from paraplan.graph.kinds import dense, embedding, head, moe, mtp
+from paraplan.graph.kinds import attention, dense, embedding, gdn, head, local, mamba, mlp, moe, moe_mlp, mtp
 from paraplan.graph.kinds.base import LayerKind, OpsBuilder, Placement
 from paraplan.graph.layers import Shard
 from paraplan.graph.ops import Op
 from paraplan.specs.model import ModelSpec
 
-BUILTIN_KINDS: tuple[LayerKind, ...] = (dense.KIND, moe.KIND, embedding.KIND, head.KIND, mtp.KIND)
+BUILTIN_KINDS: tuple[LayerKind, ...] = (
+    dense.KIND,
+    moe.KIND,
+    embedding.KIND,
+    head.KIND,
+    mtp.KIND,
+    # the blocks of a hybrid model (`ModelSpec.hybrid_layer_pattern`): M, *, -, E
+    mamba.KIND,
+    attention.KIND,
+    mlp.KIND,
+    moe_mlp.KIND,
+    # Gated DeltaNet layers interleaved with full attention (`ModelSpec.linear_attention_freq`)
+    gdn.KIND,
+    gdn.MOE_KIND,
+    # chunked or sliding-window attention between global layers (Llama 4's `attention_chunk_size`, `window_size`)
+    local.KIND,
+    local.MOE_KIND,
+)
 """Registration order is the order of a stage's edge blocks (embedding, head, MTP) and of the kinds' counts."""
 
 _REGISTRY: dict[str, LayerKind] = {}
@@ -105,9 +122,14 @@ def block_counts(model: ModelSpec) -> dict[str, int]:
 
 
 def decoder_kinds(model: ModelSpec) -> tuple[LayerKind, ...]:
-    """The decoder layer kinds of the model: the default one, and every other kind that claims a layer."""
+    """The decoder layer kinds of the model: the default one (unless a hybrid pattern claims every layer), and every
+    other kind that claims a layer."""
     present = {decoder_kind_of(model, layer).name for layer in range(model.num_layers)}
-    return tuple(k for k in _REGISTRY.values() if k.is_default_layer or (k.is_decoder_layer and k.name in present))
+    return tuple(
+        k
+        for k in _REGISTRY.values()
+        if k.is_decoder_layer and (k.name in present or (k.is_default_layer and not model.is_hybrid))
+    )
 
 
 def all_decoder_layer_ops(model: ModelSpec, shard: Shard) -> list[Op]:

@@ -1,0 +1,16 @@
+"""What the hybrid blocks share: which decoder block of a hybrid-pattern model a symbol claims."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from paraplan.specs.model import ModelSpec
+
+
+def claims_symbol(symbol: str) -> Callable[[ModelSpec, int], bool]:
+    """`LayerKind.claims` for the blocks of `ModelSpec.hybrid_layer_pattern` written `symbol`."""
+
+    def claims(model: ModelSpec, layer: int) -> bool:
+        return model.layer_symbol(layer) == symbol
+
+    return claims
