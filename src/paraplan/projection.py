@@ -1,13 +1,14 @@
 """The one entry point: validated specs in, step time, breakdown, FLOPs and memory out.
 
-Pure and deterministic: the same specs give the same result. Block costs (a layer kind under one shard)
-are cached, so the tuner never recomputes a repeated sub-problem.
+Pure and deterministic: the same specs give the same result. Block costs (a layer kind under one shard) and
+stage sums are cached by value (the block context: system, calibration, placed groups, overlap settings and
+the fitted profile, `ProjectionOptions.profile`), so the tuner never recomputes a repeated sub-problem.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -16,6 +17,8 @@ from paraplan.cost.block import (
     BlockContext,
     BlockCost,
     MeasuredBlock,
+    OpTimer,
+    PlacedGroups,
     block_cost,
     gathered_params,
     repeated_s,
@@ -41,18 +44,23 @@ from paraplan.specs.validate import check
 _BLOCK_CACHE_SIZE = 4096
 
 
-def group_placements(train: TrainingSpec, system: SystemSpec) -> dict[CommAxis, GroupPlacement]:
+def group_placements(train: TrainingSpec, system: SystemSpec) -> PlacedGroups:
     """Megatron-core rank order: tp, cp, dp, pp (dense); etp, ep, edp, pp (experts)."""
-    gpn = system.gpus_per_node
-    tp, cp, dp, pp, ep, etp = train.tp, train.cp, train.dp, train.pp, train.ep, train.etp
-    return {
-        CommAxis.TP: place_group(tp, 1, gpn),
-        CommAxis.CP: place_group(cp, tp, gpn),
-        CommAxis.DP: place_group(dp * cp, tp, gpn),
-        CommAxis.PP: place_group(pp, tp * cp * dp, gpn),
-        CommAxis.ETP: place_group(etp, 1, gpn),
-        CommAxis.EP: place_group(ep, etp, gpn),
-    }
+    return _placements(train.tp, train.cp, train.dp, train.pp, train.ep, train.etp, system.gpus_per_node)
+
+
+@lru_cache(maxsize=1024)
+def _placements(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, gpn: int) -> PlacedGroups:
+    return PlacedGroups(
+        {
+            CommAxis.TP: place_group(tp, 1, gpn),
+            CommAxis.CP: place_group(cp, tp, gpn),
+            CommAxis.DP: place_group(dp * cp, tp, gpn),
+            CommAxis.PP: place_group(pp, tp * cp * dp, gpn),
+            CommAxis.ETP: place_group(etp, 1, gpn),
+            CommAxis.EP: place_group(ep, etp, gpn),
+        }
+    )
 
 
 def expert_dp(train: TrainingSpec) -> int:
@@ -60,8 +68,7 @@ def expert_dp(train: TrainingSpec) -> int:
 
 
 @lru_cache(maxsize=_BLOCK_CACHE_SIZE)
-def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, ctx_key: tuple) -> BlockCost:
-    ctx = _CTX_REGISTRY[ctx_key]
+def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, ctx: BlockContext) -> BlockCost:
     layer_kind = K.layer_kind(kind)
     ops = layer_kind.ops(model, shard)
     layer_input = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
@@ -70,10 +77,6 @@ def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, c
     if table_params is not None:  # weights without a GEMM (the embedding's lookup table, V/tp x h on this rank)
         cost = replace(cost, dense_params=table_params)
     return cost
-
-
-_CTX_REGISTRY: dict[tuple, BlockContext] = {}
-_CTX_REGISTRY_LIMIT = 1024  # calibration fits create a context per trial: bound the registry and its cache
 
 
 BLOCK_AXES = (CommAxis.TP, CommAxis.CP, CommAxis.EP, CommAxis.ETP)
@@ -85,68 +88,35 @@ def block_context(
     system: SystemSpec,
     train: TrainingSpec,
     cal: Calibration,
-    timer: Callable[[Op], tuple[float, str]] | None = None,
-    groups: dict[CommAxis, GroupPlacement] | None = None,
+    profile: OpTimer | None = None,
+    groups: Mapping[CommAxis, GroupPlacement] | None = None,
 ) -> BlockContext:
     """What a block's cost depends on besides its operators: the system, the calibration, the groups its
-    collectives run over and the training spec's overlap settings (`groups`: placed already)."""
+    collectives run over, the training spec's overlap settings and the fitted profile (`groups`: placed already).
+    A value: block costs are cached by it."""
     groups = groups if groups is not None else group_placements(train, system)
     return BlockContext(
         system,
         cal,
-        {axis: groups[axis] for axis in BLOCK_AXES},
+        _block_groups(groups if isinstance(groups, PlacedGroups) else PlacedGroups(groups)),
         train.tp_comm_overlap,
         train.overlaps_ep,
-        timer,
+        profile,
         train.tp_async_backward,
     )
 
 
-def _context(
-    system: SystemSpec, train: TrainingSpec, cal: Calibration, timer: Callable[[Op], tuple[float, str]] | None
-) -> tuple[tuple, dict[CommAxis, GroupPlacement]]:
-    """(the key of the block context in the registry, every group's placement)."""
-    groups = group_placements(train, system)
-    block_groups = {axis: groups[axis] for axis in BLOCK_AXES}
-    key = (
-        system,
-        cal,
-        tuple((axis.value, g) for axis, g in block_groups.items()),
-        train.tp_comm_overlap,
-        train.overlaps_ep,
-        id(timer) if timer is not None else None,
-        train.tp_async_backward,
-    )
-    if key not in _CTX_REGISTRY:
-        if len(_CTX_REGISTRY) >= _CTX_REGISTRY_LIMIT:
-            _clear_registry()
-        _CTX_REGISTRY[key] = block_context(system, train, cal, timer, groups)
-    return key, groups
-
-
-def _clear_registry() -> None:
-    _CTX_REGISTRY.clear()
-    _cached_block.cache_clear()
-    _cached_stage_sums.cache_clear()
-
-
-def _recalibrated(key: tuple, cal: Calibration) -> tuple:
-    """The key of the same block context (system, groups, overlaps, timer) under another calibration, registered."""
-    new = (key[0], cal, *key[2:])
-    if new not in _CTX_REGISTRY:
-        ctx = _CTX_REGISTRY[key]
-        if len(_CTX_REGISTRY) >= _CTX_REGISTRY_LIMIT - 1:  # room for both
-            _clear_registry()
-            _CTX_REGISTRY[key] = ctx
-        _CTX_REGISTRY[new] = replace(ctx, cal=cal)
-    return new
+@lru_cache(maxsize=1024)
+def _block_groups(groups: PlacedGroups) -> PlacedGroups:
+    return PlacedGroups({axis: groups[axis] for axis in BLOCK_AXES})
 
 
 @dataclass(frozen=True, slots=True)
 class ProjectionOptions:
     calibration: Calibration | None = None
-    timer: Callable[[Op], tuple[float, str]] | None = None
-    """Compute-op timer from a fitted profile: (seconds, source); None = analytic only."""
+    profile: OpTimer | None = None
+    """The fitted profile that times the compute ops it covers (`cost.profiled.ProfileRef`, from `profile_for`: a
+    frozen reference, hashed by its content's digest); None = the analytic model only."""
     record_events: bool = False
     breakdown: bool = True
     """False: step time, throughput and memory only, without the named parts of the step and the
@@ -233,19 +203,19 @@ class _StageSums:
 
 
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)  # a tuner run meets a few thousand stages; each entry is small
-def _cached_stage_sums(parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple) -> _StageSums:
-    return _stage_sums(parts, model, shard, ctx_key, None)
+def _cached_stage_sums(parts: Parts, model: ModelSpec, shard: L.Shard, ctx: BlockContext) -> _StageSums:
+    return _stage_sums(parts, model, shard, ctx, None)
 
 
 def _stage_sums(
-    parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple, measured: Mapping[str, MeasuredBlock] | None
+    parts: Parts, model: ModelSpec, shard: L.Shard, ctx: BlockContext, measured: Mapping[str, MeasuredBlock] | None
 ) -> _StageSums:
     """The sums of one stage's blocks (shared by the projections that ask for the same: read them only)."""
     total = _StageSums()
     present = {kind for kind, _, _ in parts}
     for kind, mode, count in parts:
         layer_kind = K.layer_kind(kind)
-        cost = _cached_block(kind, model, shard, mode, ctx_key)
+        cost = _cached_block(kind, model, shard, mode, ctx)
         if model.tied_embeddings and layer_kind.tied_to in present:
             cost = replace(cost, dense_params=0)  # one shared table when embedding and head share a rank
         if measured and kind in measured:
@@ -277,11 +247,11 @@ def _stage_sums(
 
 
 def _stage_sums_of(
-    parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple, measured: Mapping[str, MeasuredBlock] | None
+    parts: Parts, model: ModelSpec, shard: L.Shard, ctx: BlockContext, measured: Mapping[str, MeasuredBlock] | None
 ) -> _StageSums:
     if measured:
-        return _stage_sums(parts, model, shard, ctx_key, measured)
-    return _cached_stage_sums(parts, model, shard, ctx_key)
+        return _stage_sums(parts, model, shard, ctx, measured)
+    return _cached_stage_sums(parts, model, shard, ctx)
 
 
 def _busy_s(chunk: ChunkCost) -> float:
@@ -293,7 +263,7 @@ def _chunk_cost(
     train: TrainingSpec,
     system: SystemSpec,
     cal: Calibration,
-    groups: dict[CommAxis, GroupPlacement],
+    groups: Mapping[CommAxis, GroupPlacement],
     chunks: int,
     like: ChunkCost | None = None,
 ) -> tuple[ChunkCost, ChunkExtras, float, float]:
@@ -353,7 +323,8 @@ def project_specs(
     # T_s: step = sum of T_s + (m - 1) x max T_s). That stage is costed with `cal`, the others with `base_cal`.
     typical_cal = base_cal if train.pp > 1 else cal
     shard = L.Shard.of(train)
-    ctx_key, groups = _context(system, train, cal, options.timer)
+    groups = group_placements(train, system)
+    ctx = block_context(system, train, cal, options.profile, groups)
     chunks = chunks_per_rank(train)
     holder = train.schedule.chunk_model_stage(train.pp, train.vpp)
     layer_input_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
@@ -366,7 +337,7 @@ def project_specs(
     max_full_saved = 0.0
     flops_model = flops_hw = 0.0
     for parts, times in distinct:
-        total = sums[parts] = _stage_sums_of(parts, model, shard, ctx_key, options.measured_blocks)
+        total = sums[parts] = _stage_sums_of(parts, model, shard, ctx, options.measured_blocks)
         max_layer_params = max(max_layer_params, total.max_layer_params)
         max_full_saved = max(max_full_saved, total.max_full_saved)
         flops_model += 3 * total.flops * times
@@ -374,10 +345,10 @@ def project_specs(
     chunk_costs = {parts: _chunk_cost(total, train, system, cal, groups, chunks) for parts, total in sums.items()}
     typical_costs = chunk_costs
     if typical_cal is not cal:  # more than one stage, and a spread: the other stages at the typical speed
-        typical_key = _recalibrated(ctx_key, typical_cal)
+        typical_ctx = replace(ctx, cal=typical_cal)
         typical_costs = {
             parts: _chunk_cost(
-                _stage_sums_of(parts, model, shard, typical_key, options.measured_blocks),
+                _stage_sums_of(parts, model, shard, typical_ctx, options.measured_blocks),
                 train, system, typical_cal, groups, chunks, chunk_costs[parts][0],
             )
             for parts in sums
@@ -479,7 +450,7 @@ def _dp_times(
     train: TrainingSpec,
     system: SystemSpec,
     cal: Calibration,
-    groups: dict[CommAxis, GroupPlacement],
+    groups: Mapping[CommAxis, GroupPlacement],
     fsdp_units: int = 1,
 ) -> tuple[float, float, float, float]:
     """(grad reduction once per step, param all-gather once per step, FSDP gather per mb, FSDP RS per mb).
@@ -531,7 +502,7 @@ def _p2p_time(
     shard: L.Shard,
     system: SystemSpec,
     cal: Calibration,
-    groups: dict[CommAxis, GroupPlacement],
+    groups: Mapping[CommAxis, GroupPlacement],
 ) -> float:
     """One pipeline send/receive of a stage boundary's activation (or its gradient)."""
     if train.tp > 1 and not shard.sp and train.framework in SCATTER_GATHER_P2P_FRAMEWORKS:
