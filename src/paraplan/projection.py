@@ -1,13 +1,14 @@
 """The one entry point: validated specs in, step time, breakdown, FLOPs and memory out.
 
-Pure and deterministic: the same specs give the same result. Block costs (a layer kind under one shard)
-are cached, so the tuner never recomputes a repeated sub-problem.
+Pure and deterministic: the same specs give the same result. Block costs (a layer kind under one shard) and
+stage sums are cached by value (the block context: system, calibration, placed groups, overlap settings and
+the fitted profile, `ProjectionOptions.profile`), so the tuner never recomputes a repeated sub-problem.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -16,6 +17,8 @@ from paraplan.cost.block import (
     BlockContext,
     BlockCost,
     MeasuredBlock,
+    OpTimer,
+    PlacedGroups,
     block_cost,
     repeated_s,
     runahead_s,
@@ -41,18 +44,23 @@ from paraplan.specs.validate import check
 _BLOCK_CACHE_SIZE = 4096
 
 
-def group_placements(train: TrainingSpec, system: SystemSpec) -> dict[CommAxis, GroupPlacement]:
+def group_placements(train: TrainingSpec, system: SystemSpec) -> PlacedGroups:
     """Megatron-core rank order: tp, cp, dp, pp (dense); etp, ep, edp, pp (experts)."""
-    gpn = system.gpus_per_node
-    tp, cp, dp, pp, ep, etp = train.tp, train.cp, train.dp, train.pp, train.ep, train.etp
-    return {
-        CommAxis.TP: place_group(tp, 1, gpn),
-        CommAxis.CP: place_group(cp, tp, gpn),
-        CommAxis.DP: place_group(dp * cp, tp, gpn),
-        CommAxis.PP: place_group(pp, tp * cp * dp, gpn),
-        CommAxis.ETP: place_group(etp, 1, gpn),
-        CommAxis.EP: place_group(ep, etp, gpn),
-    }
+    return _placements(train.tp, train.cp, train.dp, train.pp, train.ep, train.etp, system.gpus_per_node)
+
+
+@lru_cache(maxsize=1024)
+def _placements(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, gpn: int) -> PlacedGroups:
+    return PlacedGroups(
+        {
+            CommAxis.TP: place_group(tp, 1, gpn),
+            CommAxis.CP: place_group(cp, tp, gpn),
+            CommAxis.DP: place_group(dp * cp, tp, gpn),
+            CommAxis.PP: place_group(pp, tp * cp * dp, gpn),
+            CommAxis.ETP: place_group(etp, 1, gpn),
+            CommAxis.EP: place_group(ep, etp, gpn),
+        }
+    )
 
 
 def _layer_input_bytes(model: ModelSpec, shard: L.Shard) -> float:
@@ -73,15 +81,10 @@ def block_memory_of(kind: str, model: ModelSpec, shard: L.Shard, recompute: str)
 
 
 @lru_cache(maxsize=_BLOCK_CACHE_SIZE)
-def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, ctx_key: tuple) -> BlockCost:
-    ctx = _CTX_REGISTRY[ctx_key]
+def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, ctx: BlockContext) -> BlockCost:
     memory = block_memory_of(kind, model, shard, recompute)
     ops = K.layer_kind(kind).ops(model, shard)
     return block_cost(ops, recompute, ctx, _layer_input_bytes(model, shard), memory)
-
-
-_CTX_REGISTRY: dict[tuple, BlockContext] = {}
-_CTX_REGISTRY_LIMIT = 1024  # calibration fits create a context per trial: bound the registry and its cache
 
 
 BLOCK_AXES = (CommAxis.TP, CommAxis.CP, CommAxis.EP, CommAxis.ETP)
@@ -93,68 +96,35 @@ def block_context(
     system: SystemSpec,
     train: TrainingSpec,
     cal: Calibration,
-    timer: Callable[[Op], tuple[float, str]] | None = None,
-    groups: dict[CommAxis, GroupPlacement] | None = None,
+    profile: OpTimer | None = None,
+    groups: Mapping[CommAxis, GroupPlacement] | None = None,
 ) -> BlockContext:
     """What a block's cost depends on besides its operators: the system, the calibration, the groups its
-    collectives run over and the training spec's overlap settings (`groups`: placed already)."""
+    collectives run over, the training spec's overlap settings and the fitted profile (`groups`: placed already).
+    A value: block costs are cached by it."""
     groups = groups if groups is not None else group_placements(train, system)
     return BlockContext(
         system,
         cal,
-        {axis: groups[axis] for axis in BLOCK_AXES},
+        _block_groups(groups if isinstance(groups, PlacedGroups) else PlacedGroups(groups)),
         train.tp_comm_overlap,
         train.overlaps_ep,
-        timer,
+        profile,
         train.tp_async_backward,
     )
 
 
-def _context(
-    system: SystemSpec, train: TrainingSpec, cal: Calibration, timer: Callable[[Op], tuple[float, str]] | None
-) -> tuple[tuple, dict[CommAxis, GroupPlacement]]:
-    """(the key of the block context in the registry, every group's placement)."""
-    groups = group_placements(train, system)
-    block_groups = {axis: groups[axis] for axis in BLOCK_AXES}
-    key = (
-        system,
-        cal,
-        tuple((axis.value, g) for axis, g in block_groups.items()),
-        train.tp_comm_overlap,
-        train.overlaps_ep,
-        id(timer) if timer is not None else None,
-        train.tp_async_backward,
-    )
-    if key not in _CTX_REGISTRY:
-        if len(_CTX_REGISTRY) >= _CTX_REGISTRY_LIMIT:
-            _clear_registry()
-        _CTX_REGISTRY[key] = block_context(system, train, cal, timer, groups)
-    return key, groups
-
-
-def _clear_registry() -> None:
-    _CTX_REGISTRY.clear()
-    _cached_block.cache_clear()
-    _cached_stage_sums.cache_clear()
-
-
-def _recalibrated(key: tuple, cal: Calibration) -> tuple:
-    """The key of the same block context (system, groups, overlaps, timer) under another calibration, registered."""
-    new = (key[0], cal, *key[2:])
-    if new not in _CTX_REGISTRY:
-        ctx = _CTX_REGISTRY[key]
-        if len(_CTX_REGISTRY) >= _CTX_REGISTRY_LIMIT - 1:  # room for both
-            _clear_registry()
-            _CTX_REGISTRY[key] = ctx
-        _CTX_REGISTRY[new] = replace(ctx, cal=cal)
-    return new
+@lru_cache(maxsize=1024)
+def _block_groups(groups: PlacedGroups) -> PlacedGroups:
+    return PlacedGroups({axis: groups[axis] for axis in BLOCK_AXES})
 
 
 @dataclass(frozen=True, slots=True)
 class ProjectionOptions:
     calibration: Calibration | None = None
-    timer: Callable[[Op], tuple[float, str]] | None = None
-    """Compute-op timer from a fitted profile: (seconds, source); None = analytic only."""
+    profile: OpTimer | None = None
+    """The fitted profile that times the compute ops it covers (`cost.profiled.ProfileRef`, from `profile_for`: a
+    frozen reference, hashed by its content's digest); None = the analytic model only."""
     record_events: bool = False
     breakdown: bool = True
     """False: step time, throughput and memory only, without the named parts of the step and the
@@ -258,12 +228,12 @@ class _StageSums:
 
 
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)  # a tuner run meets a few thousand stages; each entry is small
-def _cached_stage_sums(parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple) -> _StageSums:
-    return _stage_sums(parts, model, shard, ctx_key, None)
+def _cached_stage_sums(parts: Parts, model: ModelSpec, shard: L.Shard, ctx: BlockContext) -> _StageSums:
+    return _stage_sums(parts, model, shard, ctx, None)
 
 
 def _stage_sums(
-    parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple, measured: Mapping[str, MeasuredBlock] | None
+    parts: Parts, model: ModelSpec, shard: L.Shard, ctx: BlockContext, measured: Mapping[str, MeasuredBlock] | None
 ) -> _StageSums:
     """The sums of one stage's blocks (shared by the projections that ask for the same: read them only)."""
     footprint = stage_footprint(parts, model, shard)
@@ -274,7 +244,7 @@ def _stage_sums(
     )
     for kind, mode, count in parts:
         layer_kind = K.layer_kind(kind)
-        cost = _cached_block(kind, model, shard, mode, ctx_key)
+        cost = _cached_block(kind, model, shard, mode, ctx)
         if measured and kind in measured:
             cost = with_measured_compute(cost, measured[kind])
             total.measured += (cost.forward_s + cost.backward_input_s + cost.backward_weight_s) * count
@@ -298,11 +268,11 @@ def _stage_sums(
 
 
 def _stage_sums_of(
-    parts: Parts, model: ModelSpec, shard: L.Shard, ctx_key: tuple, measured: Mapping[str, MeasuredBlock] | None
+    parts: Parts, model: ModelSpec, shard: L.Shard, ctx: BlockContext, measured: Mapping[str, MeasuredBlock] | None
 ) -> _StageSums:
     if measured:
-        return _stage_sums(parts, model, shard, ctx_key, measured)
-    return _cached_stage_sums(parts, model, shard, ctx_key)
+        return _stage_sums(parts, model, shard, ctx, measured)
+    return _cached_stage_sums(parts, model, shard, ctx)
 
 
 def _busy_s(chunk: ChunkCost) -> float:
@@ -314,7 +284,7 @@ def _chunk_cost(
     train: TrainingSpec,
     system: SystemSpec,
     cal: Calibration,
-    groups: dict[CommAxis, GroupPlacement],
+    groups: Mapping[CommAxis, GroupPlacement],
     chunks: int,
     like: ChunkCost | None = None,
 ) -> tuple[ChunkCost, ChunkExtras, float, float]:
@@ -408,7 +378,8 @@ def stage_costs(
     base_cal = options.calibration or calibration_for(system.gpu.name, train.framework)
     cal = at_scale(base_cal, system.num_gpus) if slowest else base_cal
     shard = L.Shard.of(train)
-    ctx_key, groups = _context(system, train, cal, options.timer)
+    groups = group_placements(train, system)
+    ctx = block_context(system, train, cal, options.profile, groups)
     chunks = chunks_per_rank(train)
     boundary_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
     mode, recompute_layers = train.recompute_granularity, train.recompute_num_layers
@@ -417,7 +388,7 @@ def stage_costs(
         parts = _stage_parts(
             model, stage.first_layer, stage.num_layers, stage.has_embedding, stage.has_head, mode, recompute_layers
         )
-        total = _stage_sums_of(parts, model, shard, ctx_key, options.measured_blocks)
+        total = _stage_sums_of(parts, model, shard, ctx, options.measured_blocks)
         chunk, _, dense, expert = _chunk_cost(total, train, system, cal, groups, chunks)
         optimizer_s = _optimizer_time(dense, expert, train, expert_dp(train), system, cal)
         out.append(
@@ -451,7 +422,8 @@ def project_specs(
     # T_s: step = sum of T_s + (m - 1) x max T_s). That stage is costed with `cal`, the others with `base_cal`.
     typical_cal = base_cal if train.pp > 1 else cal
     shard = L.Shard.of(train)
-    ctx_key, groups = _context(system, train, cal, options.timer)
+    groups = group_placements(train, system)
+    ctx = block_context(system, train, cal, options.profile, groups)
     chunks = chunks_per_rank(train)
     holder = train.schedule.chunk_model_stage(train.pp, train.vpp)
     layer_input_bytes = _layer_input_bytes(model, shard)
@@ -462,16 +434,16 @@ def project_specs(
     )
     flops_model = flops_hw = 0.0
     for parts, times in distinct:
-        total = sums[parts] = _stage_sums_of(parts, model, shard, ctx_key, options.measured_blocks)
+        total = sums[parts] = _stage_sums_of(parts, model, shard, ctx, options.measured_blocks)
         flops_model += 3 * total.flops * times
         flops_hw += (3 * total.flops + total.recompute_flops) * times
     chunk_costs = {parts: _chunk_cost(total, train, system, cal, groups, chunks) for parts, total in sums.items()}
     typical_costs = chunk_costs
     if typical_cal is not cal:  # more than one stage, and a spread: the other stages at the typical speed
-        typical_key = _recalibrated(ctx_key, typical_cal)
+        typical_ctx = replace(ctx, cal=typical_cal)
         typical_costs = {
             parts: _chunk_cost(
-                _stage_sums_of(parts, model, shard, typical_key, options.measured_blocks),
+                _stage_sums_of(parts, model, shard, typical_ctx, options.measured_blocks),
                 train, system, typical_cal, groups, chunks, chunk_costs[parts][0],
             )
             for parts in sums
@@ -568,7 +540,7 @@ def _dp_times(
     train: TrainingSpec,
     system: SystemSpec,
     cal: Calibration,
-    groups: dict[CommAxis, GroupPlacement],
+    groups: Mapping[CommAxis, GroupPlacement],
     fsdp_units: int = 1,
 ) -> tuple[float, float, float, float]:
     """(grad reduction once per step, param all-gather once per step, FSDP gather per mb, FSDP RS per mb).
@@ -620,7 +592,7 @@ def _p2p_time(
     shard: L.Shard,
     system: SystemSpec,
     cal: Calibration,
-    groups: dict[CommAxis, GroupPlacement],
+    groups: Mapping[CommAxis, GroupPlacement],
 ) -> float:
     """One pipeline send/receive of a stage boundary's activation (or its gradient)."""
     if train.tp > 1 and not shard.sp and train.framework in SCATTER_GATHER_P2P_FRAMEWORKS:

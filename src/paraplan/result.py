@@ -1,4 +1,4 @@
-"""The typed answer of a projection."""
+"""The typed answer of a projection (its breakdown's parts: `BreakdownPart`)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ from dataclasses import dataclass
 
 from paraplan.cost.calibration import Calibration
 from paraplan.memory.model import MemoryResult
+from paraplan.sim.breakdown import BreakdownPart
 from paraplan.sim.pipeline import PipelineOutcome
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
+
+__all__ = ["BreakdownPart", "Projection"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,7 @@ class Projection:
 
     @property
     def breakdown(self) -> dict[str, float]:
+        """Seconds per named part of the step (`BreakdownPart`, its values the keys); they sum to the step time."""
         return dict(self.pipeline.breakdown)
 
     def to_dict(self) -> dict:

@@ -13,7 +13,7 @@
    per-step framework time = an empty step (the same model code at negligible widths) plus the trainer's
    own bookkeeping, Adam's bytes per parameter from the profile's fused-AdamW regressor (or a direct timing
    when the model lies outside its samples).
-5. Project with `--profile` semantics (`ProjectionOptions(timer=timer_for(path, gpu))`), eager kernels.
+5. Project with `--profile` semantics (`ProjectionOptions(profile=path_ref(path))`), eager kernels.
 
 Checks. The parts the projection takes from the measured profile (GEMMs, attention, the optimizer) within 15%
 of the same parts measured inside the real step (per-op CPU times); the gradient all-reduce within 35% of the

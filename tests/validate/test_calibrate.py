@@ -148,7 +148,7 @@ def test_profiled_kernels_run_at_the_slowest_gpus_pace_too() -> None:
     model = model_preset("llama3.1-8b")
 
     def forward_s(n: int, cv: float) -> float:
-        options = ProjectionOptions(calibration=Calibration(gpu_speed_cv=cv), timer=timer)
+        options = ProjectionOptions(calibration=Calibration(gpu_speed_cv=cv), profile=timer)
         train = TrainingSpec(data_parallel_size=n, global_batch_size=n, seq_length=2048)
         return project_specs(model, system_preset("h100-sxm5-80gb", n), train, options).breakdown["forward_compute"]
 

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from paraplan.cost.profiled import ProfileRef, profile_for
 from paraplan.errors import ConfigError
 from paraplan.specs.files import system_from_file, training_from_file
 from paraplan.specs.model import ModelSpec
@@ -69,6 +70,16 @@ CrossEntropyFusionOpt = Annotated[
         help="fused vocab-parallel loss kernel (Megatron --cross-entropy-loss-fusion), or eager fp32 PyTorch",
     ),
 ]
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option("--profile", help="fitted kernel profile: a file (paraplan fit), or auto (shipped for the GPU)"),
+]
+AnalyticOpt = Annotated[bool, typer.Option("--analytic", help="ignore shipped profiles; analytic costs only")]
+
+
+def fitted_profile(profile: str | None, gpu: str, analytic: bool = False) -> ProfileRef | None:
+    """`--profile PROFILE|auto` and `--analytic` for a GPU preset: the `ProjectionOptions.profile` (None: analytic)."""
+    return profile_for(profile, gpu, analytic)
 
 
 def model_from_options(model: str | None, fields: dict[str, Any]) -> ModelSpec:

@@ -9,14 +9,17 @@ import typer
 
 from paraplan.cli import reports
 from paraplan.cli.common import (
+    AnalyticOpt,
     CrossEntropyFusionOpt,
     GpuOpt,
     GpusOpt,
     KernelFusionOpt,
     ModelOpt,
     MoeDispatcherOpt,
+    ProfileOpt,
     console,
     err_console,
+    fitted_profile,
     handle_errors,
 )
 from paraplan.cli.formats import (
@@ -30,7 +33,6 @@ from paraplan.cli.formats import (
 )
 from paraplan.cli.printers import print_memory, print_projection, write_trace
 from paraplan.cli.spec_options import MODEL_OPTIONS, SYSTEM_OPTIONS, TRAINING_OPTIONS, spec_values
-from paraplan.errors import ConfigError
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
 
@@ -116,8 +118,8 @@ def _projection_command(
     # --- output
     as_json: Annotated[bool, Opt("--json", help="print one JSON object")] = False,
     trace: Annotated[str | None, Opt("--trace", help="write a Chrome/Perfetto trace JSON")] = None,
-    profile: Annotated[str | None, Opt("--profile", help="fitted kernel profile (paraplan fit)")] = None,
-    analytic: Annotated[bool, Opt("--analytic", help="ignore shipped profiles; analytic costs only")] = False,
+    profile: ProfileOpt = None,
+    analytic: AnalyticOpt = False,
     # --- configs in the frameworks' own formats (paraplan.formats)
     megatron_args: Annotated[
         str | None, Opt("--megatron-args", help="Megatron-LM arguments: a string, or a file of them (a launch script)")
@@ -152,15 +154,15 @@ def _projection_command(
     train = training_with_config(cfg, config_file, spec_values(params, TRAINING_OPTIONS))
     if vpp and vpp > 1 and schedule is None and train.pipeline_schedule == megatron_schedule(1).name:
         train = train.with_values(pipeline_schedule=megatron_schedule(vpp).name)  # as Megatron-LM picks it
-    timer = _profile_timer(profile, system.gpu.name, analytic)
+    fitted = fitted_profile(profile, system.gpu.name, analytic)
     if hybrid and ctx.info_name == "project":
         from paraplan.cli.hybrid import hybrid_command
 
-        kw = dict(device=device, cache_path=hybrid_cache, as_json=as_json, trace=trace, has_profile=timer is not None)
+        kw = dict(device=device, cache_path=hybrid_cache, as_json=as_json, trace=trace, has_profile=fitted is not None)
         if hybrid_command(model_spec, system, train, **kw):
             return
     record = bool(trace or html or png)
-    result = project_specs(model_spec, system, train, ProjectionOptions(timer=timer, record_events=record))
+    result = project_specs(model_spec, system, train, ProjectionOptions(profile=fitted, record_events=record))
     if trace:
         write_trace(result, trace)
     if ctx.info_name == "memory":
@@ -176,15 +178,6 @@ def _projection_command(
     if chakra:
         err_console.print(export_plan_chakra(result.model, result.system, result.train, chakra), highlight=False)
     reports.write("project_report", html, png, result)
-
-
-def _profile_timer(profile: str | None, gpu: str, analytic: bool):
-    from paraplan.cost.profiled import timer_for
-
-    try:
-        return timer_for(profile, gpu, analytic)
-    except ImportError:  # numpy-only core: profiles need nothing more, but be explicit if that changes
-        raise ConfigError("fitted profiles are not available in this installation") from None
 
 
 def register(app: typer.Typer) -> None:

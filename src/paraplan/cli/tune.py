@@ -13,20 +13,23 @@ from rich.table import Table
 
 from paraplan.cli import reports
 from paraplan.cli.common import (
+    AnalyticOpt,
     CrossEntropyFusionOpt,
     GpuOpt,
     KernelFusionOpt,
     ModelOpt,
     MoeDispatcherOpt,
+    ProfileOpt,
     console,
     err_console,
+    fitted_profile,
     handle_errors,
     model_from_options,
 )
 from paraplan.cli.spec_options import TRAINING_OPTIONS, spec_values
 from paraplan.cost.calibration import fitted_table
 from paraplan.errors import ConfigError
-from paraplan.projection import project_specs
+from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import setting_problems
@@ -168,6 +171,8 @@ def tune_command(
     system_file: Annotated[str | None, Opt("--system-file", help="YAML system description or overrides")] = None,
     gpus_per_node: Annotated[int | None, Opt("--gpus-per-node")] = None,
     nic_gbps: Annotated[float | None, Opt("--nic-gbps", help="scale-out Gb/s per GPU")] = None,
+    profile: ProfileOpt = None,
+    analytic: AnalyticOpt = False,
     html: reports.HtmlOpt = None,
     png: reports.PngOpt = None,
 ) -> None:
@@ -200,7 +205,8 @@ def tune_command(
     base_problems = setting_problems(base)  # else every candidate is illegal and the search finds "nothing fits"
     if base_problems:
         raise ConfigError(base_problems)
-    problem = TuneProblem(model_spec, systems, gbs, seq, base, model_ref=model or "", gpu_ref=gpu or "")
+    fitted = fitted_profile(profile, systems[0].gpu.name, analytic)
+    problem = TuneProblem(model_spec, systems, gbs, seq, base, model_ref=model or "", gpu_ref=gpu or "", profile=fitted)
     fixes = list(fix or [])
     allowed_precisions = _precisions(precision, systems[0])
     if allowed_precisions:
@@ -285,7 +291,9 @@ def _run(
 def _projection(result: TuneResult, e: Evaluation):  # noqa: ANN202 - a core Projection
     problem = result.problem
     train = training_of(problem, e.candidate, e.train)
-    return project_specs(problem.model, problem.system(e.candidate.num_gpus), train)
+    return project_specs(
+        problem.model, problem.system(e.candidate.num_gpus), train, ProjectionOptions(profile=problem.profile)
+    )
 
 
 def _explanation(result: TuneResult) -> Explanation | None:

@@ -6,8 +6,9 @@ backward (W), and keeps communication apart: its total and the part left on the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from paraplan.cost.calibration import Calibration
 from paraplan.cost.comm import GroupPlacement, collective_time_s
@@ -32,8 +33,15 @@ COMM_LABEL = {
 MATMUL_KINDS = (OpKind.GEMM, OpKind.ATTENTION, OpKind.SCAN)
 CLOCK_BOUND_KINDS = MATMUL_KINDS  # compute-bound kernels, slowed by the slowest chip (`at_scale`)
 
-OpTimer = Callable[[Op], tuple[float, str] | None]
-"""Returns (seconds, source) for a compute op a fitted profile covers, None to use the analytic model."""
+
+class OpTimer(Protocol):
+    """Times compute ops from a fitted profile: (seconds, source) for an op it covers, None to use the analytic
+    model. A value (`cost.profiled.ProfileRef`): the block costs are cached by it, so equal timers must time
+    alike, and the tuner's worker processes receive it pickled."""
+
+    def __call__(self, op: Op) -> tuple[float, str] | None: ...
+
+    def __hash__(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,17 +174,62 @@ def refetched_params(redo: Sequence[Op], max_reuse_params: float = ZERO3_MAX_REU
     return refetched
 
 
+class PlacedGroups(Mapping[CommAxis, GroupPlacement]):
+    """The placed communication groups by axis: read-only and hashable (a block context is a cache key)."""
+
+    __slots__ = ("_by_axis", "_hash")
+
+    def __init__(self, groups: Mapping[CommAxis, GroupPlacement]) -> None:
+        self._by_axis = dict(groups)
+        self._hash = hash(frozenset(self._by_axis.items()))
+
+    def __getitem__(self, axis: CommAxis) -> GroupPlacement:
+        return self._by_axis[axis]
+
+    def __iter__(self) -> Iterator[CommAxis]:
+        return iter(self._by_axis)
+
+    def __len__(self) -> int:
+        return len(self._by_axis)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PlacedGroups):
+            return self._hash == other._hash and self._by_axis == other._by_axis
+        return isinstance(other, Mapping) and self._by_axis == dict(other)
+
+    def __repr__(self) -> str:
+        return f"PlacedGroups({self._by_axis!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class BlockContext:
+    """What a block's cost depends on besides its operators. A value: the projection caches block costs by it."""
+
     system: SystemSpec
     cal: Calibration
-    groups: dict[CommAxis, GroupPlacement]
+    groups: Mapping[CommAxis, GroupPlacement]
+    """Stored as `PlacedGroups` (hashable), whatever mapping is given."""
     tp_comm_overlap: bool
     ep_overlap: bool
     timer: OpTimer | None = None
+    """A fitted profile's op times (`ProjectionOptions.profile`); None: the analytic model only."""
     tp_async_backward: bool = True
     """A column-parallel linear's input-gradient collective runs while its weight-gradient GEMM does, and its input's
     second gather (sequence parallel) while its input-gradient GEMM does (`TrainingSpec.tp_async_backward`)."""
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+    """The hash of the fields above, computed once (the caches look the context up once per stage)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.groups, PlacedGroups):
+            object.__setattr__(self, "groups", PlacedGroups(self.groups))
+        values = (self.system, self.cal, self.groups, self.tp_comm_overlap, self.ep_overlap, self.timer)
+        object.__setattr__(self, "_hash", hash((*values, self.tp_async_backward)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 def _comm_time(op: Op, ctx: BlockContext) -> float:

@@ -589,11 +589,12 @@ SHIPPED_PROFILES: dict[str, str] = {
 def shipped_profile(gpu_preset: str) -> Profile | None:
     """The profile shipped with paraplan for a GPU preset ("a100-sxm4-80gb", "gh200"), or None."""
     file_name = SHIPPED_PROFILES.get(gpu_preset.lower())
-    return None if file_name is None else _load_shipped(file_name)
+    return None if file_name is None else load_shipped(file_name)
 
 
 @cache
-def _load_shipped(file_name: str) -> Profile | None:
+def load_shipped(file_name: str) -> Profile | None:
+    """A profile shipped as package data (`profiles/<file_name>`), loaded once per process; None if absent."""
     resource = resources.files("paraplan.cost").joinpath("profiles", file_name)
     if not resource.is_file():
         return None

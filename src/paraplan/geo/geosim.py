@@ -26,11 +26,49 @@ from dataclasses import dataclass, field
 from paraplan.geo.plan import GeoPlan, PipelineGroup
 from paraplan.geo.topology import GeoSystem
 from paraplan.geo.wan import WanLink, rate_gbps, ring_allreduce_s, serialization_s
+from paraplan.sim.breakdown import DocumentedPart
 from paraplan.sim.des import EventEngine
 from paraplan.sim.program import BW, KIND_NAMES, B, F, W
 from paraplan.sim.schedules import rank_programs
 
 Interval = tuple[float, float]
+
+
+class GeoBreakdownPart(DocumentedPart):
+    """One named part of a geo step (`GeoSimResult.breakdown_s`), on the stage whose optimizer ends last. A geo step
+    is its own event simulation, parted coarser than a projection's (`paraplan.result.BreakdownPart`): its
+    forward and backward hold their communication, and its waits mix the bubble with the WAN."""
+
+    FORWARD = (
+        "forward",
+        "The stage's forward passes of every micro-batch (compute and the communication inside the layers).",
+    )
+    BACKWARD = (
+        "backward",
+        "Its backward passes (input and weight gradients).",
+    )
+    PIPELINE_BUBBLE_AND_WAN_WAIT = (
+        "pipeline_bubble_and_wan_wait",
+        "From the step's start to its last backward, the time it was not computing: the schedule's fill "
+        "and drain and the waits for activations and gradients over the WAN. The rest of that span, so "
+        "the parts sum.",
+    )
+    GRAD_SYNC_EXPOSED = (
+        "grad_sync_exposed",
+        "From its last backward to its optimizer's start: the gradient reduction (WAN all-reduce included) left.",
+    )
+    OPTIMIZER = (
+        "optimizer",
+        "The optimizer step.",
+    )
+    PARAM_GATHER_AND_TAIL = (
+        "param_gather_and_tail",
+        "From its optimizer's end to the step's end: the parameter all-gather and waiting for the other stages.",
+    )
+    FRAMEWORK_OVERHEAD = (
+        "framework_overhead",
+        "The framework's fixed per-step cost (`Calibration.step_overhead_s`).",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +119,7 @@ class GeoSimResult:
     link is busy per step (busy / step time = its utilisation)."""
     link_bytes: dict[str, float]
     breakdown_s: dict[str, float]
-    """The critical stage's step in named parts that sum to step_time_s."""
+    """The critical stage's step in named parts (`GeoBreakdownPart`) that sum to step_time_s."""
     events: tuple[GeoEvent, ...] = ()
     extra_intervals: tuple[tuple[Interval, ...], ...] = field(default_factory=tuple)
     """Per slot: where inserted jobs (prefill) actually ran, when there were any."""
@@ -295,14 +333,15 @@ def simulate_geo(
     backward = m * (stage.backward_input_s + stage.backward_weight_s)
     last_b = ends[last_w[crit]]
     optimizer = ends[opt_job[crit]] - starts[opt_job[crit]]
-    breakdown = {
-        "forward": forward,
-        "backward": backward,
-        "pipeline_bubble_and_wan_wait": last_b - forward - backward,
-        "grad_sync_exposed": starts[opt_job[crit]] - last_b,
-        "optimizer": optimizer,
-        "param_gather_and_tail": end_s - ends[opt_job[crit]],
-        "framework_overhead": plan.step_overhead_s,
+    Part = GeoBreakdownPart
+    breakdown: dict[str, float] = {
+        Part.FORWARD: forward,
+        Part.BACKWARD: backward,
+        Part.PIPELINE_BUBBLE_AND_WAN_WAIT: last_b - forward - backward,
+        Part.GRAD_SYNC_EXPOSED: starts[opt_job[crit]] - last_b,
+        Part.OPTIMIZER: optimizer,
+        Part.PARAM_GATHER_AND_TAIL: end_s - ends[opt_job[crit]],
+        Part.FRAMEWORK_OVERHEAD: plan.step_overhead_s,
     }
     events: tuple[GeoEvent, ...] = ()
     if record_events:

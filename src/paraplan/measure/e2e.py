@@ -304,20 +304,13 @@ class SharedCpu:
     compute_factor: float  # solo matmul rate / shared matmul rate (>= 1 when the processes contend)
     memory_factor: float  # solo streaming bandwidth / shared
 
-    def scaled(self, timer: Any) -> Any:
-        """A projection timer (`cost.profiled.OpTimer`) whose times carry the shared CPU's slowdown."""
-        if timer is None or (self.compute_factor == 1.0 and self.memory_factor == 1.0):
-            return timer
-        from paraplan.graph.ops import OpKind
+    def scaled(self, profile: Any) -> Any:
+        """A projection's profile (`cost.profiled.ProfileRef`) whose times carry the shared CPU's slowdown."""
+        if profile is None or (self.compute_factor == 1.0 and self.memory_factor == 1.0):
+            return profile
+        from paraplan.cost.profiled import ScaledTimes
 
-        def shared(op: Any) -> tuple[float, str] | None:
-            timed = timer(op)
-            if timed is None:
-                return None
-            factor = self.memory_factor if op.kind is OpKind.ELEMENTWISE else self.compute_factor
-            return timed[0] * factor, timed[1]
-
-        return shared
+        return ScaledTimes(profile, self.compute_factor, self.memory_factor)
 
 
 def _shared_worker(rank: int, world: int, dtype: str, threads: int) -> dict[str, Any]:
@@ -523,11 +516,11 @@ def project_cpu(
 ) -> Projection:
     """The projection of the reference run: the fitted profile where it covers an op (`--profile PATH`), its
     times scaled by `shared` when several processes share this CPU."""
-    from paraplan.cost.profiled import timer_for
+    from paraplan.cost.profiled import path_ref
     from paraplan.projection import ProjectionOptions, project_specs
 
-    timer = timer_for(str(profile), system.gpu.name)
-    options = ProjectionOptions(calibration=calibration, timer=shared.scaled(timer) if shared else timer)
+    fitted = path_ref(profile)
+    options = ProjectionOptions(calibration=calibration, profile=shared.scaled(fitted) if shared else fitted)
     return project_specs(config.model_spec(), system, run.training_spec(world), options)
 
 
@@ -556,14 +549,14 @@ def projected_ops(
 ) -> list[OpTime]:
     """Every compute op of one step on one rank with its projected time and where it came from."""
     from paraplan.cost.compute import compute_time_s
-    from paraplan.cost.profiled import timer_for
+    from paraplan.cost.profiled import path_ref
     from paraplan.graph import layers as L
     from paraplan.graph.backward import backward_ops
     from paraplan.graph.ops import OpKind
 
     model = config.model_spec()
     shard = L.Shard.of(run.training_spec(1))
-    timer = timer_for(str(profile), system.gpu.name)
+    timer = path_ref(profile)
     blocks = [
         ("embedding", L.embedding_ops(model, shard), 1),
         ("layer", L.decoder_layer_ops(model, shard, moe=False), model.num_layers),
@@ -575,7 +568,7 @@ def projected_ops(
             if forward.kind is OpKind.COMM:
                 continue
             for op in [forward, *backward_ops(forward)]:
-                timed = timer(op) if timer is not None else None
+                timed = timer(op)
                 if timed is None:
                     timed = (compute_time_s(op, system.gpu, calibration), "analytic")
                 rows.append(OpTime(block, op.name, op.phase.value, *timed, count, _category(op.kind.value)))
@@ -587,11 +580,14 @@ def projected_categories(projection: Projection, ops: list[OpTime]) -> dict[str,
     out: dict[str, float] = {}
     for row in ops:
         out[row.category] = out.get(row.category, 0.0) + row.seconds * row.count
+    from paraplan.result import BreakdownPart as Part
+
     breakdown = projection.breakdown
-    out["optimizer"] = breakdown.get("optimizer", 0.0)
-    out["all_reduce"] = breakdown.get("dp_grad_reduce_exposed", 0.0)
+    out["optimizer"] = breakdown.get(Part.OPTIMIZER, 0.0)
+    out["all_reduce"] = breakdown.get(Part.DP_GRAD_REDUCE_EXPOSED, 0.0)
     microbatches = projection.train.num_microbatches * projection.calibration.microbatch_overhead_s
-    out["framework"] = breakdown.get("framework_overhead", 0.0) + breakdown.get("host_launch_bound", 0.0) + microbatches
+    framework = breakdown.get(Part.FRAMEWORK_OVERHEAD, 0.0) + breakdown.get(Part.HOST_LAUNCH_BOUND, 0.0)
+    out["framework"] = framework + microbatches
     return out
 
 

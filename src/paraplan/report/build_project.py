@@ -21,6 +21,7 @@ from paraplan.report.figures import (
     pretty,
     time_unit,
 )
+from paraplan.sim.breakdown import BreakdownPart
 from paraplan.sim.result import STREAMS
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def pipeline_timeline(p: Projection) -> Timeline:
         segments = merge_segments(segments, p.step_time_s * scale / 4000)
     present = {s.category for s in segments}
     colors = {k: v for k, v in TIMELINE_COLORS.items() if k in present}
-    bubble = p.breakdown.get("pipeline_bubble", 0.0)
+    bubble = p.breakdown.get(BreakdownPart.PIPELINE_BUBBLE, 0.0)
     t = p.train
     return Timeline(
         title=f"Pipeline timeline: {t.pp} stages, {t.num_microbatches} micro-batches, {t.pipeline_schedule}",
@@ -142,7 +143,7 @@ def pipeline_timeline(p: Projection) -> Timeline:
 def breakdown_bars(p: Projection) -> Bars:
     unit, scale = time_unit(p.step_time_s)
     parts = [(k, v) for k, v in p.breakdown.items() if v > 0]
-    colors = tuple(BAD if k == "pipeline_bubble" else PALETTE[0] for k, _ in parts)
+    colors = tuple(BAD if k == BreakdownPart.PIPELINE_BUBBLE else PALETTE[0] for k, _ in parts)
     return Bars(
         title=f"Where the step time goes: {fmt_s(p.step_time_s)} per step (critical rank {p.pipeline.critical_rank})",
         categories=tuple(pretty(k) for k, _ in parts),
@@ -192,7 +193,7 @@ def memory_bars(p: Projection) -> Bars:
 
 
 def headlines(p: Projection) -> tuple[Headline, ...]:
-    bubble = p.breakdown.get("pipeline_bubble", 0.0)
+    bubble = p.breakdown.get(BreakdownPart.PIPELINE_BUBBLE, 0.0)
     mem = p.memory
     return (
         Headline("step time", fmt_s(p.step_time_s)),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from paraplan.sim.breakdown import COMPUTE_PARTS, close_with_bubble
+from paraplan.sim.breakdown import BreakdownPart as Part
 from paraplan.sim.costs import ChunkCost, PipelineCosts
 from paraplan.sim.engine import simulate
 from paraplan.sim.result import Event, SimResult
@@ -31,7 +33,7 @@ class PipelineOutcome:
     step_time_s: float
     pipeline_time_s: float
     critical_rank: int
-    breakdown: dict[str, float]  # named parts of the step; they sum to step_time_s
+    breakdown: dict[str, float]  # named parts of the step (`BreakdownPart`); they sum to step_time_s
     comm_total_s: dict[str, float]
     comm_exposed_s: dict[str, float]
     bubble_s: tuple[float, ...]
@@ -119,20 +121,17 @@ def _parts(
     sim_parts = dict(sim.breakdown_s)
     # The simulator's compute parts exclude the exposed intra-layer communication (it names that apart)
     # but know nothing of recompute or host-bound time: re-split its compute time on the critical rank.
-    compute_keys = [k for k in sim_parts if k.endswith("_compute") or k == "recompute"]
-    compute_total = sum(sim_parts.pop(k) for k in compute_keys)
+    compute_total = sum(sim_parts.pop(part) for part in COMPUTE_PARTS)
     own_compute = busy - exposed_inside
     scale = compute_total / own_compute if own_compute > 0 else 1.0
     pure = max(0.0, own_compute - recompute - host - interference)
     fwd_share = forward / own_compute if own_compute > 0 else 0.0  # the forward's share of the compute alone
-    breakdown["forward_compute"] = pure * fwd_share * scale
-    breakdown["backward_compute"] = pure * (1 - fwd_share) * scale
-    breakdown["recompute"] = recompute * scale
-    breakdown["host_launch_bound"] = host * scale
-    breakdown["comm_interference"] = interference * scale
+    breakdown[Part.FORWARD_COMPUTE] = pure * fwd_share * scale
+    breakdown[Part.BACKWARD_COMPUTE] = pure * (1 - fwd_share) * scale
+    breakdown[Part.RECOMPUTE] = recompute * scale
+    breakdown[Part.HOST_LAUNCH_BOUND] = host * scale
+    breakdown[Part.COMM_INTERFERENCE] = interference * scale
     breakdown.update(sim_parts)
-    breakdown["framework_overhead"] = step_overhead_s
-    # the parts must add up to the step: put any rounding residue into the bubble (tiny by construction)
-    residue = step - sum(breakdown.values())
-    breakdown["pipeline_bubble"] = breakdown.get("pipeline_bubble", 0.0) + residue
-    return breakdown
+    breakdown[Part.FRAMEWORK_OVERHEAD] = step_overhead_s
+    # the re-split compute parts add up to the simulator's (up to rounding): the bubble is again the rest of the step
+    return close_with_bubble(breakdown, step)

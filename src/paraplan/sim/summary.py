@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from paraplan.sim.breakdown import BreakdownPart as Part
+from paraplan.sim.breakdown import close_with_bubble
 from paraplan.sim.costs import PipelineCosts
 from paraplan.sim.loops import positions_of, rows_of
 from paraplan.sim.plan import Plan, peak_live_bytes
@@ -86,9 +88,8 @@ def summarize(
     comm_total: dict[str, float] = {}
     comm_exposed: dict[str, float] = {}
     if breakdown:
-        parts, comm_total, comm_exposed = _parts(
-            plan, costs, tables, tl, critical, busy[critical], pipeline_s, optimizer[post_rank], gather_after[post_rank]
-        )
+        tail = (optimizer[post_rank], gather_after[post_rank], step_s)
+        parts, comm_total, comm_exposed = _parts(plan, costs, tables, tl, critical, busy[critical], pipeline_s, *tail)
 
     peak_bytes = [peak_live_bytes(plan, rank, [c.activation_bytes for c in costs.chunks[rank]]) for rank in range(pp)]
 
@@ -129,36 +130,40 @@ def _parts(
     pipeline_s: float,
     optimizer_s: float,
     gather_after_s: float,
+    step_s: float,
 ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-    """The named parts of the step, and the communication on the critical rank: (breakdown, total, exposed)."""
+    """The named parts of the step (`BreakdownPart`), and the communication on the critical rank: (breakdown, total,
+    exposed). `step_s` = pipeline_s + the data-parallel tail + optimizer_s + gather_after_s."""
     rank_done = tl.rank_done_s
     dp_tail_s = max(rank_done) - pipeline_s
     # the pipeline part, seen from the critical rank: its compute, then its idle time
     counts = plan.key_counts[critical]
-    breakdown = {
-        "forward_compute": float(counts @ tables.forward_s),
-        "backward_compute": float(counts @ tables.backward_s),
-        "recompute": float(counts @ tables.recompute_s),
+    breakdown: dict[str, float] = {
+        Part.FORWARD_COMPUTE: float(counts @ tables.forward_s),
+        Part.BACKWARD_COMPUTE: float(counts @ tables.backward_s),
+        Part.RECOMPUTE: float(counts @ tables.recompute_s),
     }
     kinds = tuple(tables.exposed_s)
     exposed_intra = {k: float(counts @ tables.exposed_s[k]) for k in kinds}
     for k in kinds:
-        breakdown[f"{k}_comm_exposed"] = exposed_intra[k]
+        breakdown[Part.comm_exposed(k)] = exposed_intra[k]
+    # the critical rank's idle time in the pipeline phase: first the communication it waited for, the rest bubble
     waits = critical_path_waits(plan, tl)
     idle = max(0.0, pipeline_s - busy_s)
     pp_exposed = min(waits["pp"], idle)
     fsdp_exposed = min(waits["fsdp"], idle - pp_exposed)
     gather_wait = min(waits["dp"], idle - pp_exposed - fsdp_exposed)
-    breakdown["pp_p2p_exposed"] = pp_exposed
-    breakdown["fsdp_exposed"] = fsdp_exposed
-    breakdown["dp_param_gather_wait"] = gather_wait
-    breakdown["pipeline_bubble"] = idle - pp_exposed - fsdp_exposed - gather_wait
     sync_rank = max(range(plan.pp), key=lambda r: (rank_done[r], -r))
     fsdp_tail = tl.tail_kind and tl.tail_kind[sync_rank] == "fsdp"
-    breakdown["fsdp_exposed"] += dp_tail_s if fsdp_tail else 0.0
-    breakdown["dp_grad_reduce_exposed"] = 0.0 if fsdp_tail else dp_tail_s
-    breakdown["optimizer"] = optimizer_s
-    breakdown["dp_param_gather_exposed"] = gather_after_s
+    breakdown[Part.PP_P2P_EXPOSED] = pp_exposed
+    breakdown[Part.FSDP_EXPOSED] = fsdp_exposed + (dp_tail_s if fsdp_tail else 0.0)
+    breakdown[Part.DP_PARAM_GATHER_WAIT] = gather_wait
+    breakdown[Part.PIPELINE_BUBBLE] = 0.0  # its place in the order; set below to the rest of the step
+    breakdown[Part.DP_GRAD_REDUCE_EXPOSED] = 0.0 if fsdp_tail else dp_tail_s
+    breakdown[Part.OPTIMIZER] = optimizer_s
+    breakdown[Part.DP_PARAM_GATHER_EXPOSED] = gather_after_s
+    # = idle - pp_exposed - fsdp_exposed - gather_wait: the busy parts add up to busy_s, the others to the rest
+    close_with_bubble(breakdown, step_s)
 
     row = costs.chunks[critical]
     mbs = plan.microbatches_per_chunk[critical]
@@ -170,6 +175,6 @@ def _parts(
     )
     comm_exposed = dict(exposed_intra)
     comm_exposed["pp"] = pp_exposed
-    comm_exposed["dp"] = breakdown["dp_grad_reduce_exposed"] + gather_wait + gather_after_s
-    comm_exposed["fsdp"] = breakdown["fsdp_exposed"]
+    comm_exposed["dp"] = breakdown[Part.DP_GRAD_REDUCE_EXPOSED] + gather_wait + gather_after_s
+    comm_exposed["fsdp"] = breakdown[Part.FSDP_EXPOSED]
     return breakdown, comm_total, comm_exposed

@@ -14,6 +14,7 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 
+from paraplan.cost.block import OpTimer
 from paraplan.graph.balance import balanced_layout
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.schedule import schedule as schedule_named
@@ -245,6 +246,8 @@ class TuneProblem:
     """How the user named the model (preset or config.json path), for the reproducing command."""
     gpu_ref: str = ""
     """How the user named the GPU/system preset."""
+    profile: OpTimer | None = None
+    """The fitted profile every candidate is projected with (`ProjectionOptions.profile`); None: analytic."""
 
     def system(self, num_gpus: int) -> SystemSpec:
         for s in self.systems:
@@ -265,6 +268,7 @@ class TuneProblem:
                 "gbs": self.gbs,
                 "seq": self.seq,
                 "base": repr(self.base),
+                **({"profile": repr(self.profile)} if self.profile is not None else {}),  # its file and digest
             },
             sort_keys=True,
         )

@@ -121,12 +121,14 @@ class Evaluator:
         return resolved, ""
 
     def options_for(self, system: SystemSpec, train: TrainingSpec) -> ProjectionOptions:
-        """The core's default options with the calibration looked up once per GPU and framework, without
-        the breakdown of the step (an evaluation keeps the figures it ranks by)."""
+        """The core's default options with the calibration looked up once per GPU and framework and the problem's
+        fitted profile, without the breakdown of the step (an evaluation keeps the figures it ranks by)."""
         key = (system.gpu.name, train.framework)
         options = self._options.get(key)
         if options is None:
-            options = self._options[key] = ProjectionOptions(calibration=calibration_for(*key), breakdown=False)
+            options = self._options[key] = ProjectionOptions(
+                calibration=calibration_for(*key), profile=self.problem.profile, breakdown=False
+            )
         return options
 
     def project(self, c: Candidate, train: TrainingSpec) -> Projection:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from paraplan.cost.profiled import ProfileRef
 from paraplan.formats.megatron import megatron_argument_list
 from paraplan.formats.megatron_map import megatron_plan_values
 from paraplan.specs.schedule import SCHEDULES, PipelineSchedule
@@ -70,6 +71,8 @@ def paraplan_command(problem: TuneProblem, num_gpus: int, t: TrainingSpec) -> st
         args.append("--cross-entropy-fusion")
     if problem.model.is_moe and t.moe_token_dispatcher_type != TrainingSpec().moe_token_dispatcher_type:
         args.append(f"--moe-dispatcher {t.moe_token_dispatcher_type}")
+    if isinstance(problem.profile, ProfileRef):  # the profile the tuner projected it with
+        args.append(f"--profile {shlex.quote(problem.profile.option)}")
     return " ".join(args)
 
 

@@ -211,18 +211,13 @@ def default_projector(options: ProjectionOptions | None = None) -> Projector:
 def profile_projector(profile: str) -> Projector:
     """`auto`: rows on a GPU with a shipped profile use it, other rows stay analytic. A path: every row
     uses that profile where it covers an op (filter the rows with --source to one GPU's runs)."""
-    from paraplan.cost.profile import shipped_profile
-    from paraplan.cost.profiled import timer_for
+    from paraplan.cost.profiled import path_ref, shipped_ref
 
-    if profile != "auto":
-        timer_for(profile, "")  # a missing or malformed file is one error now, not a skipped row each
+    given = None if profile == "auto" else path_ref(profile)  # a missing or malformed file: one error now
 
     def run(m: MeasuredRun) -> Projection:
-        gpu = m.system.gpu.name
-        timer = None
-        if profile != "auto" or shipped_profile(gpu) is not None:
-            timer = timer_for(profile, gpu)
-        return project_specs(m.model, m.system, m.train, ProjectionOptions(timer=timer))
+        fitted = shipped_ref(m.system.gpu.name) if given is None else given
+        return project_specs(m.model, m.system, m.train, ProjectionOptions(profile=fitted))
 
     return run
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 from functools import cache
 
 from paraplan.graph import kinds as K
-from paraplan.result import Projection
+from paraplan.result import BreakdownPart, Projection
 from paraplan.specs.training import TrainingSpec
 
 
@@ -51,10 +51,10 @@ def straggler_wait_s(train: TrainingSpec, layer_counts: Mapping[str, int], jitte
 
 
 def with_straggler_wait(projection: Projection, wait_s: float) -> Projection:
-    """The projection with `wait_s` added to the step as the part `straggler_wait`."""
+    """The projection with `wait_s` added to the step as the part `BreakdownPart.STRAGGLER_WAIT`."""
     if wait_s <= 0:
         return projection
     pipeline = projection.pipeline
-    breakdown = dict(pipeline.breakdown) | {"straggler_wait": wait_s}
+    breakdown = dict(pipeline.breakdown) | {BreakdownPart.STRAGGLER_WAIT: wait_s}
     pipeline = replace(pipeline, step_time_s=pipeline.step_time_s + wait_s, breakdown=breakdown)
     return replace(projection, pipeline=pipeline, step_time_s=pipeline.step_time_s)

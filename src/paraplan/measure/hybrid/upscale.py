@@ -20,6 +20,7 @@ from paraplan.measure.hybrid.commfit import CommFit
 from paraplan.measure.hybrid.plan import BenchPlan, block_ops
 from paraplan.measure.hybrid.straggler import straggler_wait_s, with_straggler_wait
 from paraplan.projection import ProjectionOptions, block_context, project_specs
+from paraplan.result import BreakdownPart as Part
 from paraplan.result import Projection
 from paraplan.specs.system import SystemSpec
 
@@ -155,32 +156,32 @@ def breakdown_sources(
     network = f"communication model fitted to {comm.source}" if comm else "communication model (system preset)"
     sources: dict[str, Source] = {}
     for part in projection.breakdown:
-        if part in ("forward_compute", "backward_compute"):
+        if part in (Part.FORWARD_COMPUTE, Part.BACKWARD_COMPUTE):
             sources[part] = compute
-        elif part == "recompute":
+        elif part == Part.RECOMPUTE:
             sources[part] = Source(compute.origin, "the measured forward, run again in backward")
-        elif part == "comm_interference":
+        elif part == Part.COMM_INTERFERENCE:
             sources[part] = Source(SIMULATED, "compute slowed by the collectives hidden under it (calibrated constant)")
-        elif part == "host_launch_bound":
+        elif part == Part.HOST_LAUNCH_BOUND:
             sources[part] = Source(SIMULATED, "analytic host-launch model (inside the measured times when measured)")
-        elif part.endswith("_comm_exposed"):
+        elif part in (Part.TP_COMM_EXPOSED, Part.CP_COMM_EXPOSED, Part.EP_COMM_EXPOSED):
             sources[part] = Source(SIMULATED, f"{part.split('_')[0].upper()} collectives: {network}")
-        elif part == "pipeline_bubble":
+        elif part == Part.PIPELINE_BUBBLE:
             sources[part] = Source(
                 SIMULATED, f"{train.pipeline_schedule} over {train.pp} stages, {train.num_microbatches} micro-batches"
             )
-        elif part == "optimizer":
+        elif part == Part.OPTIMIZER:
             per_param = f"{(optimizer_s_per_param or 0) * 1e9:.2f} ns/param"
             sources[part] = (
                 Source(MEASURED, f"AdamW step, {per_param} on {device}, x the rank's parameters")
                 if optimizer_s_per_param
                 else Source(SIMULATED, "memory-bound optimizer model")
             )
-        elif part == "straggler_wait":
+        elif part == Part.STRAGGLER_WAIT:
             ranks = train.dp * train.cp
             detail = f"slowest of {ranks} data-parallel ranks, from the blocks' run-to-run variation on {device}"
             sources[part] = Source(SIMULATED, detail)
-        elif part == "framework_overhead":
+        elif part == Part.FRAMEWORK_OVERHEAD:
             sources[part] = (
                 Source(MEASURED, "plain PyTorch loop: nothing beyond the measured blocks")
                 if harness_overheads
