@@ -7,19 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from paraplan.specs.training import ALIASES
+
 TRAINING_OPTIONS: Mapping[str, str] = MappingProxyType(
     {
-        "tp": "tensor_model_parallel_size",
-        "pp": "pipeline_model_parallel_size",
-        "vpp": "virtual_pipeline_model_parallel_size",
-        "cp": "context_parallel_size",
-        "ep": "expert_model_parallel_size",
-        "etp": "expert_tensor_parallel_size",
-        "dp": "data_parallel_size",
-        "mbs": "micro_batch_size",
-        "gbs": "global_batch_size",
-        "seq": "seq_length",
-        "recompute": "recompute_granularity",
+        # the short names are the spec's own aliases (`specs.training.ALIASES`), one home for each
+        **{name: ALIASES[name] for name in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "gbs", "seq")},
+        "recompute": ALIASES["recompute"],
         "recompute_num_layers": "recompute_num_layers",
         "sequence_parallel": "sequence_parallel",
         "distributed_optimizer": "use_distributed_optimizer",
