@@ -187,7 +187,7 @@ def _layout_parts(
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)
 def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFootprint:
     """Parameters and saved bytes of one model stage: its blocks' (`block_memory_of`) added up."""
-    dense = expert = saved = max_layer = max_full_saved = 0.0
+    dense = expert = saved = max_layer = max_full_saved = loss_logits = 0.0
     present = {kind for kind, _, _ in parts}
     for kind, mode, count in parts:
         layer_kind = K.layer_kind(kind)
@@ -200,7 +200,9 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
             max_layer = max(max_layer, memory.dense_params + memory.expert_params)
             if mode == "full":
                 max_full_saved = max(max_full_saved, memory.full_saved_bytes)
-    return StageFootprint(dense, expert, saved, max_layer, max_full_saved)
+        if kind == "head":  # the vocab-parallel logits of one micro-batch (`memory.loss`)
+            loss_logits = shard.tokens * L.padded_vocab(model, shard.tp) / shard.tp
+    return StageFootprint(dense, expert, saved, max_layer, max_full_saved, loss_logits)
 
 
 @dataclass(slots=True)

@@ -240,7 +240,7 @@ def _print_memory(result: ValidationReport, show_rows: bool) -> None:
                     r.id,
                     r.source,
                     f"peak {r.reading.quantity}, {r.reading.gpu}",
-                    r.compared,
+                    f"projected {r.compared_quantity}, {r.compared}",
                     f"{r.measured_gib:.1f}",
                     f"{r.predicted_gib:.1f}",
                     f"{r.error_pct:+.1f}",

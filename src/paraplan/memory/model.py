@@ -3,7 +3,15 @@
 Weights, gradients and optimizer states under each sharding scheme (Rajbhandari et al. 2020, ZeRO;
 Megatron-LM's distributed optimizer keeps fp32 main grads and shards the 12 bytes/param of fp32 master
 weights and Adam moments over the data-parallel ranks), activations from the tensors each operator saves
-times the micro-batches in flight, and fixed framework overheads.
+times the micro-batches in flight, the transients at the worst moment, and fixed framework overheads.
+
+Three nested quantities per GPU (`RankMemory`):
+- allocated: the tensors live at the worst moment (`torch.cuda.max_memory_allocated`, what Megatron-LM logs
+  as `mem-max-allocated-bytes`): the parts in `ALLOCATED_PARTS`;
+- reserved: what PyTorch's caching allocator holds at its peak (`memory_stats()['reserved_bytes.all.peak']`,
+  what torchtitan logs): allocated plus the allocator's fragmentation and rounding (`RESERVED_PARTS`);
+- on the device (`total_bytes`, what the FITS/OOM verdict compares with HBM): reserved plus what lives
+  outside the allocator, the CUDA context, library workspaces and NCCL's buffers (`DEVICE_PARTS`).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from paraplan.cost.block import gathered_params
 from paraplan.graph import kinds as K
+from paraplan.memory.loss import loss_extra_bytes_per_logit
 from paraplan.specs.training import TrainingSpec
 
 if TYPE_CHECKING:
@@ -28,6 +37,13 @@ ADAM_BYTES = 8  # fp32 Adam m and v
 CUDA_CONTEXT_BYTES = 0.75 * GIB  # CUDA context, cuBLAS/cuDNN workspaces, NCCL (nvidia-smi on an idle job)
 FRAGMENTATION = 0.05  # caching-allocator fragmentation on activations (PyTorch memory stats, typical)
 HEADROOM = 0.03  # margin kept free of the HBM capacity for the FITS verdict
+
+ALLOCATED_PARTS = (
+    "weights", "gradients", "optimizer", "activations", "recompute_working_set", "loss_working_set",
+    "unsharded_params_and_grads", "communication_buffers",
+)  # fmt: skip
+RESERVED_PARTS = ("allocator_fragmentation",)
+DEVICE_PARTS = ("cuda_context_and_nccl",)
 
 
 # DeepEP's registered buffers (DeepEP csrc/config.hpp `get_nvl_buffer_size_hint`, `get_rdma_buffer_size_hint`, as
@@ -66,14 +82,33 @@ def comm_buffer_bytes(model: ModelSpec, shard: Shard, train: TrainingSpec) -> fl
 
 @dataclass(frozen=True, slots=True)
 class RankMemory:
-    """Bytes on one GPU; `parts` add up to `total_bytes`."""
+    """Bytes on one GPU; `parts` add up to `total_bytes` (the module docstring names the three quantities)."""
 
     rank: int
     parts: dict[str, float]
 
     @property
+    def allocated_bytes(self) -> float:
+        """Peak allocated: the tensors at the worst moment."""
+        return sum(v for k, v in self.parts.items() if k in ALLOCATED_PARTS)
+
+    @property
+    def reserved_bytes(self) -> float:
+        """Peak reserved by the caching allocator: allocated plus fragmentation and rounding."""
+        return self.allocated_bytes + sum(self.parts.get(k, 0.0) for k in RESERVED_PARTS)
+
+    @property
     def total_bytes(self) -> float:
+        """On the device: reserved plus the CUDA context and NCCL, outside the allocator."""
         return sum(self.parts.values())
+
+    def quantity_bytes(self, quantity: str) -> float:
+        """`allocated`, `reserved` or `device` (= `total_bytes`)."""
+        if quantity == "allocated":
+            return self.allocated_bytes
+        if quantity == "reserved":
+            return self.reserved_bytes
+        return self.total_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +133,20 @@ class MemoryResult:
     def fits(self) -> bool:
         return self.peak.total_bytes <= self.usable_bytes
 
+    @property
+    def headroom_bytes(self) -> float:
+        """Usable HBM left at the peak (negative: over by that much)."""
+        return self.usable_bytes - self.peak.total_bytes
+
     def to_dict(self) -> dict:
         peak = self.peak
         return {
             "peak_gib": round(self.peak_gib, 4),
+            "peak_allocated_gib": round(peak.allocated_bytes / GIB, 4),
+            "peak_reserved_gib": round(peak.reserved_bytes / GIB, 4),
             "capacity_gib": round(self.capacity_bytes / GIB, 3),
             "usable_gib": round(self.usable_bytes / GIB, 3),
+            "headroom_gib": round(self.headroom_bytes / GIB, 4),
             "fits": self.fits,
             "peak_rank": peak.rank,
             "parts": {k: round(v / GIB, 4) for k, v in peak.parts.items()},
@@ -144,18 +187,44 @@ def state_bytes(
     return {"weights": weights, "gradients": grads, "optimizer": optimizer}
 
 
+def keeps_stage_unsharded(train: TrainingSpec) -> bool:
+    """torchtitan's FSDP2 under pipeline parallelism keeps each stage's parameters gathered from forward to
+    backward (`apply_fsdp`: `reshard_after_forward = False` when PP is on, "to avoid per-microbatch all-gathers",
+    torchtitan@9dec370 parallelize_llama.py), and torch.distributed.pipelining syncs gradients only on the last
+    micro-batch (`PipelineStage` `backward_maybe_with_nosync`: `set_requires_gradient_sync(last)`), so FSDP2
+    accumulates the other micro-batches' gradients unsharded in its reduce dtype (`FSDPParam.
+    to_accumulated_grad_if_needed`: fp32 under torchtitan's `reduce_dtype`)."""
+    return train.shards_params and train.framework == "torchtitan" and train.pp > 1 and train.num_microbatches > 1
+
+
+def unsharded_stage_bytes(dense_params: float, expert_params: float, train: TrainingSpec) -> float:
+    """The gathered 16-bit parameters and the unsharded gradients in the reduce dtype of a stage that
+    `keeps_stage_unsharded` (0 otherwise)."""
+    if not keeps_stage_unsharded(train):
+        return 0.0
+    return (train.param_gather_bytes + train.grad_reduce_bytes) * (dense_params + expert_params)
+
+
 def rank_memory(
     rank: int,
     states: dict[str, float],
     activation_bytes: float,
     recompute_working_bytes: float,
     comm_buffer_bytes: float,
+    loss_working_bytes: float = 0.0,
+    unsharded_bytes: float = 0.0,
 ) -> RankMemory:
+    """The parts of one GPU. The recompute working set (one layer's saved tensors while it recomputes) and the
+    loss's transient (`memory.loss`) are not live at once; `loss_working_set` is what the loss needs beyond the
+    recompute working set, so the two add up to the larger."""
     parts = dict(states)
     parts["activations"] = activation_bytes
     parts["recompute_working_set"] = recompute_working_bytes
+    parts["loss_working_set"] = max(0.0, loss_working_bytes - recompute_working_bytes)
+    parts["unsharded_params_and_grads"] = unsharded_bytes
     parts["communication_buffers"] = comm_buffer_bytes
-    parts["framework_overhead"] = CUDA_CONTEXT_BYTES + FRAGMENTATION * activation_bytes
+    parts["allocator_fragmentation"] = FRAGMENTATION * activation_bytes
+    parts["cuda_context_and_nccl"] = CUDA_CONTEXT_BYTES
     return RankMemory(rank=rank, parts=parts)
 
 
@@ -176,6 +245,8 @@ class StageFootprint:
     """The largest decoder layer's parameters (what FSDP gathers at once)."""
     max_full_saved_bytes: float = 0.0
     """The largest fully recomputed layer's working set while it recomputes."""
+    loss_logits: float = 0.0
+    """Logit elements of one micro-batch on this GPU when the stage holds the LM head and loss (`memory.loss`)."""
 
 
 def pipeline_memory(
@@ -192,6 +263,8 @@ def pipeline_memory(
     max_layer_params = max((s.max_layer_params for s in stages), default=0.0)
     max_full_saved = max((s.max_full_saved_bytes for s in stages), default=0.0)
     gathered = gathered_params(train, max_layer_params, lambda: K.all_decoder_layer_ops(model, shard))
+    if keeps_stage_unsharded(train):  # the whole stage is gathered already (`unsharded_stage_bytes`)
+        gathered = 0.0
     comm_buffers = comm_buffer_bytes(model, shard, train)
     edp = expert_dp(train)
     ranks = []
@@ -199,5 +272,7 @@ def pipeline_memory(
         dense = sum(stages[i].dense_params for i in row)
         expert = sum(stages[i].expert_params for i in row)
         states = state_bytes(dense, expert, train, edp, gathered_params=gathered)
-        ranks.append(rank_memory(r, states, peak_activation_bytes[r], max_full_saved, comm_buffers))
+        loss = loss_extra_bytes_per_logit(train) * max((stages[i].loss_logits for i in row), default=0.0)
+        unsharded = unsharded_stage_bytes(dense, expert, train)
+        ranks.append(rank_memory(r, states, peak_activation_bytes[r], max_full_saved, comm_buffers, loss, unsharded))
     return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)

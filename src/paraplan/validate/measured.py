@@ -238,6 +238,23 @@ def _gpu_preset(row: dict[str, str]) -> tuple[str, list[Assumption]]:
     return preset, [Assumption("gpu_preset", preset, why)] if why else []
 
 
+_ATTENTION_BACKEND_FLAG = re.compile(r"--attention-backend[ =](\w+)")
+_TRANSFORMER_ENGINE = re.compile(r"\btransformer[_-]engine\b", re.IGNORECASE)
+
+
+def _stated_attention_backend(row: dict[str, str]) -> str | None:
+    """The attention backend a Megatron row's notes state: its `--attention-backend` flag (unfused or local: the
+    unfused core attention; flash, fused or auto: a fused kernel), else, for a run on TransformerEngine
+    (`--transformer-impl transformer_engine`) that sets none, Megatron-core's default `auto` (arguments.py since
+    core 0.10), under which TE's DotProductAttention runs flash or cuDNN fused attention; None when they say
+    neither (the framework's default applies)."""
+    notes = row.get("notes") or ""
+    flag = _ATTENTION_BACKEND_FLAG.search(notes)
+    if flag:
+        return "unfused" if flag.group(1).lower() in ("unfused", "local") else "flash"
+    return "flash" if _TRANSFORMER_ENGINE.search(notes) else None
+
+
 def _megatron_fsdp(row: dict[str, str]) -> bool:
     """Whether the row's FSDP flavour is Megatron-LM's own (`megatron_fsdp`), not DeepSpeed's ZeRO-3."""
     return "megatron_fsdp" in (row.get("fsdp") or "").strip().lower()
@@ -291,6 +308,9 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
     }
     if stated["sequence_parallel"]:
         values["sequence_parallel"] = stated["sequence_parallel"] == "1"
+    backend = _stated_attention_backend(row) if framework.startswith("megatron") else None
+    if backend:
+        values["attention_backend"] = backend
     if stated["recompute_granularity"]:
         values["recompute_granularity"] = stated["recompute_granularity"]
     if stated["zero_stage"]:

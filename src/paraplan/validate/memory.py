@@ -4,8 +4,10 @@ Each row's notes say which GPU the figure is and what it counts (shared/data/mea
 benchmarks log the peak *reserved* memory, the max over all GPUs; Megatron-LM's functional-test golden values the
 peak *allocated* memory of the last rank (the only one with a TensorBoard writer), which sits on the last pipeline
 stage. The projection's memory has one result per pipeline rank (`MemoryResult.ranks`), so a last-rank figure is
-compared with the last pipeline rank and a max-over-GPUs figure with the peak over the ranks. The model projects
-one number per rank; it does not tell reserved from allocated (the caching allocator's retained blocks).
+compared with the last pipeline rank and a max-over-GPUs figure with the peak over the ranks. Each figure is
+compared with its own quantity (`memory.model.RankMemory`): a peak-allocated figure with the projected allocated
+bytes, a peak-reserved one with the reserved bytes (allocated plus the allocator's fragmentation); a figure whose
+notes name neither with the reserved bytes (what `torch.cuda.memory_reserved` and most logs report).
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ class MemoryRow:
         return 100.0 * (self.predicted_gib - self.measured_gib) / self.measured_gib
 
     @property
+    def compared_quantity(self) -> str:
+        """The projected quantity the figure is compared with: allocated for a peak-allocated figure, else reserved."""
+        return "allocated" if self.reading.quantity == "allocated" else "reserved"
+
+    @property
     def compared(self) -> str:
         """Which projected figure the measurement is compared with, in words."""
         if self.reading.gpu == LAST_RANK:
@@ -77,6 +84,7 @@ class MemoryRow:
             "predicted": self.predicted_gib,
             "error_pct": self.error_pct,
             "measured_is": f"peak {self.reading.quantity}, {self.reading.gpu}",
+            "predicted_is": f"peak {self.compared_quantity}",
             "compared_with": self.compared,
             "fits": self.fits,
             "assumed": [str(item) for item in self.assumed],
@@ -88,12 +96,16 @@ def memory_row(
 ) -> MemoryRow:
     """Score one measured memory figure against the projection's rank that the figure's notes name."""
     reading = reading_of(notes)
-    rank = memory.ranks[-1] if reading.gpu == LAST_RANK else memory.peak
+    quantity = "allocated" if reading.quantity == "allocated" else "reserved"
+    if reading.gpu == LAST_RANK:
+        rank = memory.ranks[-1]
+    else:
+        rank = max(memory.ranks, key=lambda r: r.quantity_bytes(quantity))
     return MemoryRow(
         id=row_id,
         source=source,
         measured_gib=measured_gib,
-        predicted_gib=rank.total_bytes / GIB,
+        predicted_gib=rank.quantity_bytes(quantity) / GIB,
         reading=reading,
         compared_rank=rank.rank,
         pipeline_ranks=len(memory.ranks),
