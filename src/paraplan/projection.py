@@ -31,6 +31,7 @@ from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommAxis, CommKind, Op
 from paraplan.graph.partition import PipelineSplit, VirtualStage, chunks_per_rank, pipeline_split, split_stages
+from paraplan.memory.activations import recompute_mode
 from paraplan.memory.blocks import BlockMemory, block_memory
 from paraplan.memory.model import StageFootprint, expert_dp, pipeline_memory
 from paraplan.result import Projection
@@ -73,7 +74,7 @@ def _layer_input_bytes(model: ModelSpec, shard: L.Shard) -> float:
 def block_memory_of(kind: str, model: ModelSpec, shard: L.Shard, recompute: str) -> BlockMemory:
     """Parameters and saved bytes of one block kind (`memory.blocks.block_memory` of its operators)."""
     layer_kind = K.layer_kind(kind)
-    memory = block_memory(layer_kind.ops(model, shard), recompute, _layer_input_bytes(model, shard))
+    memory = block_memory(layer_kind.ops(model, shard), recompute, _layer_input_bytes(model, shard), shard.act_bytes)
     table_params = layer_kind.params_of(model, shard)
     if table_params is not None:  # weights without a GEMM (the embedding's lookup table, V/tp x h on this rank)
         memory = replace(memory, dense_params=table_params)
@@ -187,22 +188,26 @@ def _layout_parts(
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)
 def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFootprint:
     """Parameters and saved bytes of one model stage: its blocks' (`block_memory_of`) added up."""
-    dense = expert = saved = max_layer = max_full_saved = loss_logits = 0.0
+    dense = expert = saved = max_layer = max_full_saved = loss_logits = edge = 0.0
     present = {kind for kind, _, _ in parts}
     for kind, mode, count in parts:
         layer_kind = K.layer_kind(kind)
         memory = block_memory_of(kind, model, shard, mode)
         if not (model.tied_embeddings and layer_kind.tied_to in present):  # one shared table when both share a rank
             dense += memory.dense_params * count
+            if not layer_kind.is_decoder_layer:
+                edge += memory.dense_params * count
         expert += memory.expert_params * count
         saved += memory.saved_bytes * count
         if layer_kind.is_decoder_layer:
             max_layer = max(max_layer, memory.dense_params + memory.expert_params)
             if mode == "full":
                 max_full_saved = max(max_full_saved, memory.full_saved_bytes)
+            elif mode == "op":  # per-op SAC: the dropped outputs, recomputed, live during the layer's backward
+                max_full_saved = max(max_full_saved, memory.full_saved_bytes - memory.saved_bytes)
         if kind == "head":  # the vocab-parallel logits of one micro-batch (`memory.loss`)
             loss_logits = shard.tokens * L.padded_vocab(model, shard.tp) / shard.tp
-    return StageFootprint(dense, expert, saved, max_layer, max_full_saved, loss_logits)
+    return StageFootprint(dense, expert, saved, max_layer, max_full_saved, loss_logits, edge)
 
 
 @dataclass(slots=True)
@@ -384,7 +389,7 @@ def stage_costs(
     ctx = block_context(system, train, cal, options.profile, groups)
     chunks = chunks_per_rank(train)
     boundary_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
-    mode, recompute_layers = train.recompute_granularity, train.recompute_num_layers
+    mode, recompute_layers = recompute_mode(train), train.recompute_num_layers
     out = []
     for stage in stages if stages is not None else split_stages(model, pipeline_split(train)):
         parts = _stage_parts(
@@ -432,7 +437,7 @@ def project_specs(
 
     sums: dict[Parts, _StageSums] = {}  # stages with the same layers cost the same
     stage_parts, distinct = _layout_parts(
-        model, pipeline_split(train), train.recompute_granularity, train.recompute_num_layers
+        model, pipeline_split(train), recompute_mode(train), train.recompute_num_layers
     )
     flops_model = flops_hw = 0.0
     for parts, times in distinct:

@@ -33,8 +33,11 @@ def weight_params(op: Op) -> int:
     return op.gemm.k * op.gemm.n * op.gemm.count
 
 
-def block_memory(forward: Sequence[Op], recompute: str, layer_input_bytes: float) -> BlockMemory:
-    """`recompute`: "none", "selective" or "full" (only the block input, `layer_input_bytes`, is kept)."""
+def block_memory(
+    forward: Sequence[Op], recompute: str, layer_input_bytes: float, act_bytes: float = 2.0
+) -> BlockMemory:
+    """`recompute`: "none", "selective", "full" (only the block input, `layer_input_bytes`, is kept) or "op"
+    (torchtitan's per-op policy, which keeps some outputs of `act_bytes` per element; `memory.activations`)."""
     dense_params = expert_params = 0
     for op in forward:
         n = weight_params(op)
@@ -45,6 +48,6 @@ def block_memory(forward: Sequence[Op], recompute: str, layer_input_bytes: float
     return BlockMemory(
         dense_params=dense_params,
         expert_params=expert_params,
-        saved_bytes=saved_bytes(forward, recompute, layer_input_bytes),
+        saved_bytes=saved_bytes(forward, recompute, layer_input_bytes, act_bytes),
         full_saved_bytes=sum(op.saved_bytes for op in forward),
     )

@@ -197,6 +197,17 @@ def keeps_stage_unsharded(train: TrainingSpec) -> bool:
     return train.shards_params and train.framework == "torchtitan" and train.pp > 1 and train.num_microbatches > 1
 
 
+def root_unit_gathered(train: TrainingSpec, edge_params: float, max_layer_params: float) -> float:
+    """torch FSDP2 as torchtitan applies it wraps each transformer block, then the model itself (`fully_shard(model)`
+    in `apply_fsdp`, torchtitan@9dec370): the root unit is the embedding, final norm and output layer, gathered
+    together at the start of forward and again of backward, when the loss's transient and the last block (kept
+    gathered after forward, `reshard_after_forward = layer_id < n_layers - 1`) are live with it. 0 for other
+    frameworks (Megatron-FSDP and ZeRO-3 gather per module)."""
+    if not train.shards_params or train.framework != "torchtitan" or edge_params <= 0:
+        return 0.0
+    return edge_params + max_layer_params
+
+
 def unsharded_stage_bytes(dense_params: float, expert_params: float, train: TrainingSpec) -> float:
     """The gathered 16-bit parameters and the unsharded gradients in the reduce dtype of a stage that
     `keeps_stage_unsharded` (0 otherwise)."""
@@ -247,6 +258,8 @@ class StageFootprint:
     """The largest fully recomputed layer's working set while it recomputes."""
     loss_logits: float = 0.0
     """Logit elements of one micro-batch on this GPU when the stage holds the LM head and loss (`memory.loss`)."""
+    edge_params: float = 0.0
+    """Parameters outside the decoder layers (embedding, final norm, LM head): torch FSDP2's root unit."""
 
 
 def pipeline_memory(
@@ -271,7 +284,9 @@ def pipeline_memory(
     for r, row in enumerate(holder):
         dense = sum(stages[i].dense_params for i in row)
         expert = sum(stages[i].expert_params for i in row)
-        states = state_bytes(dense, expert, train, edp, gathered_params=gathered)
+        edge = sum(stages[i].edge_params for i in row)
+        rank_gathered = gathered and max(gathered, root_unit_gathered(train, edge, max_layer_params))
+        states = state_bytes(dense, expert, train, edp, gathered_params=rank_gathered)
         loss = loss_extra_bytes_per_logit(train) * max((stages[i].loss_logits for i in row), default=0.0)
         unsharded = unsharded_stage_bytes(dense, expert, train)
         ranks.append(rank_memory(r, states, peak_activation_bytes[r], max_full_saved, comm_buffers, loss, unsharded))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.graph import layers as L
 from paraplan.graph.partition import chunks_per_rank, pipeline_split
+from paraplan.memory.activations import recompute_mode
 from paraplan.memory.model import MemoryResult, pipeline_memory
 from paraplan.projection import _layout_parts, stage_footprint
 from paraplan.sim.engine import schedule_plan
@@ -42,12 +43,12 @@ class GroupMemory:
 
     def memory(self, mode: str, full_layers: int | None = None) -> MemoryResult:
         """Bytes per GPU of every pipeline rank with this recompute (`full_layers`: `recompute_num_layers`)."""
-        stage_parts, _ = _layout_parts(self.model, self.split, mode, full_layers)
+        train = replace(self.train, recompute_granularity=mode, recompute_num_layers=full_layers)  # type: ignore[arg-type]
+        stage_parts, _ = _layout_parts(self.model, self.split, recompute_mode(train), full_layers)
         footprints = [stage_footprint(parts, self.model, self.shard) for parts in stage_parts]
         peaks = [
             peak_live_bytes(self.plan, r, [footprints[i].saved_bytes for i in row]) for r, row in enumerate(self.holder)
         ]
-        train = replace(self.train, recompute_granularity=mode, recompute_num_layers=full_layers)  # type: ignore[arg-type]
         return pipeline_memory(self.model, self.shard, train, self.system.gpu.hbm_bytes, footprints, self.holder, peaks)
 
     def peak_bytes(self, mode: str, full_layers: int | None = None) -> float:
