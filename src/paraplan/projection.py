@@ -205,8 +205,7 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
                 max_full_saved = max(max_full_saved, memory.full_saved_bytes)
             elif mode == "op":  # per-op SAC: the dropped outputs, recomputed, live during the layer's backward
                 max_full_saved = max(max_full_saved, memory.full_saved_bytes - memory.saved_bytes)
-        if kind == "head":  # the vocab-parallel logits of one micro-batch (`memory.loss`)
-            loss_logits = shard.tokens * L.padded_vocab(model, shard.tp) / shard.tp
+        loss_logits = max(loss_logits, memory.loss_logits)  # the vocab-parallel logits (`memory.loss`)
     return StageFootprint(dense, expert, saved, max_layer, max_full_saved, loss_logits, edge)
 
 

@@ -81,7 +81,7 @@ def test_a_last_rank_figure_is_compared_with_the_last_pipeline_stage() -> None:
     from paraplan.memory.model import GIB, MemoryResult, RankMemory
     from paraplan.validate.memory import memory_row, reading_of
 
-    memory = MemoryResult((RankMemory(0, {"a": 30 * GIB}), RankMemory(1, {"a": 20 * GIB})), 80 * GIB)
+    memory = MemoryResult((RankMemory(0, {"weights": 30 * GIB}), RankMemory(1, {"weights": 20 * GIB})), 80 * GIB)
     last = memory_row("x", "S", 25.0, "peak allocated of the LAST rank (last PP stage)", memory, ())
     assert (last.predicted_gib, last.compared_rank, last.error_pct) == (20.0, 1, -20.0)
     most = memory_row("y", "S", 25.0, "peak reserved, max over all GPUs", memory, ())

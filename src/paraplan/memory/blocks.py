@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from paraplan.graph.backward import is_weightless_gemm
+from paraplan.graph.layers import LOGIT_BYTES
 from paraplan.graph.ops import Op, OpKind
 from paraplan.memory.activations import saved_bytes
 
@@ -25,6 +26,8 @@ class BlockMemory:
     """Activations kept per in-flight micro-batch under the block's recompute mode."""
     full_saved_bytes: float
     """What it would keep without recompute (the working set while recomputing)."""
+    loss_logits: float = 0.0
+    """Logit elements its largest cross-entropy works over (the head's, an MTP module's; `memory.loss`)."""
 
 
 def weight_params(op: Op) -> int:
@@ -38,6 +41,7 @@ def block_memory(
 ) -> BlockMemory:
     """`recompute`: "none", "selective", "full" (only the block input, `layer_input_bytes`, is kept) or "op"
     (torchtitan's per-op policy, which keeps some outputs of `act_bytes` per element; `memory.activations`)."""
+    losses = [op.saved_bytes / LOGIT_BYTES for op in forward if op.name.endswith("cross_entropy")]
     dense_params = expert_params = 0
     for op in forward:
         n = weight_params(op)
@@ -50,4 +54,5 @@ def block_memory(
         expert_params=expert_params,
         saved_bytes=saved_bytes(forward, recompute, layer_input_bytes, act_bytes),
         full_saved_bytes=sum(op.saved_bytes for op in forward),
+        loss_logits=max(losses, default=0.0),
     )
