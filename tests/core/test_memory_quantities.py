@@ -92,3 +92,41 @@ def test_reserved_rows_compare_reserved(public_csv) -> None:
     scored = memory_row("p1806", run.source, run.value, row["notes"], result, ())
     assert scored.compared_quantity == "reserved"
     assert scored.predicted_gib == pytest.approx(max(r.reserved_bytes for r in result.ranks) / GIB)
+
+
+def test_torchtitan_per_op_sac_keeps_every_other_mm_sdpa_and_the_block_input() -> None:
+    """torchtitan's 'op' policy on a Llama block (wq, wk, wv, wo, w1, w3, w2 in call order): wq, wv, w1 and w2 kept,
+    SDPA's output and log-sum-exp kept, the block input kept; nothing else."""
+    from paraplan.graph.layers import Shard, decoder_layer_ops
+    from paraplan.memory.activations import saved_bytes
+    from paraplan.specs.presets import model_preset
+
+    model = model_preset("llama3.1-8b")
+    tokens, h, d = 8192, model.hidden_size, model.head_dim
+    shard = Shard(batch=1, seq=tokens, seq_full=tokens, tp=1, sp=False, cp=1, ep=1, etp=1, precision="bf16", flash=True)
+    ops = decoder_layer_ops(model, shard, moe=False)
+    kv = model.kv_groups * d
+    kept_widths = h + h + kv + model.ffn_hidden_size + h + h  # input, wq, wv, w1, w2, SDPA output
+    lse = 4 * tokens * model.num_attention_heads
+    assert saved_bytes(ops, "op", 2 * tokens * h, 2) == pytest.approx(2 * tokens * kept_widths + lse)
+    assert saved_bytes(ops, "op", 2 * tokens * h, 2) < saved_bytes(ops, "none", 2 * tokens * h, 2)
+
+
+def test_selective_means_per_op_sac_under_torchtitan_only() -> None:
+    from paraplan.memory.activations import recompute_mode
+    from paraplan.specs.training import TrainingSpec
+
+    assert recompute_mode(TrainingSpec(recompute_granularity="selective", framework="torchtitan")) == "op"
+    assert recompute_mode(TrainingSpec(recompute_granularity="selective")) == "selective"
+    assert recompute_mode(TrainingSpec(recompute_granularity="full", framework="torchtitan")) == "full"
+
+
+def test_fsdp2_root_unit_gathered_with_the_last_block() -> None:
+    """torchtitan's root FSDP unit (embedding, final norm, output) is gathered whole with the last block: more than
+    the two blocks other frameworks' FSDP hold, by the root's 16-bit weights and gradients."""
+    common = dict(**LLAMA_8B, gpus=8, fsdp=True, zero_stage=3, mbs=1, gbs=8, seq=4096)
+    titan = memory(**common, framework="torchtitan").ranks[0].parts
+    plain = memory(**common, framework="megatron-lm").ranks[0].parts
+    root = 2 * 128256 * 4096  # embedding and output, untied
+    layer = 218_112_000  # one Llama 3.1 8B block's linear weights (4096 x 6144 + 4096 x 4096 + 3 x 4096 x 14336)
+    assert titan["weights"] - plain["weights"] == pytest.approx(2 * (root + layer - 2 * layer), rel=0.02)

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from paraplan.cli.common import console
 from paraplan.errors import ConfigError
-from paraplan.memory.model import GIB
+from paraplan.memory.model import ALLOCATED_PARTS, DEVICE_PARTS, GIB, RESERVED_PARTS
 from paraplan.result import Projection
 from paraplan.validate.evidence import evidence_for
 
@@ -44,7 +44,11 @@ def print_projection(result: Projection, as_json: bool) -> None:
     head.add_row("MFU / HFU", f"{result.mfu:.1%} / {result.hfu:.1%}")
     mem = result.memory
     verdict = "[green]FITS[/]" if mem.fits else "[red]OOM[/]"
-    head.add_row("memory (peak GPU)", f"{mem.peak_gib:,.2f} GiB of {mem.usable_bytes / GIB:,.1f} usable: {verdict}")
+    head.add_row(
+        "memory (peak GPU)",
+        f"{mem.peak_gib:,.2f} GiB of {mem.usable_bytes / GIB:,.1f} usable: {verdict} "
+        f"(allocated {mem.peak.allocated_bytes / GIB:,.1f}, reserved {mem.peak.reserved_bytes / GIB:,.1f} GiB)",
+    )
     head.add_row(f"measured-run error ({evidence.family})", evidence.line())
     console.print(head)
     parts = Table(title="where the step time goes (critical pipeline rank)")
@@ -71,12 +75,29 @@ def print_memory(result: Projection, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"memory": mem.to_dict(), "model": result.model.name, "num_gpus": result.system.num_gpus}))
         return
-    table = Table(title=f"memory per GPU (peak on pipeline rank {mem.peak.rank})")
+    peak = mem.peak
+    table = Table(title=f"memory per GPU (peak on pipeline rank {peak.rank})")
     table.add_column("part")
     table.add_column("GiB", justify="right")
-    for name, nbytes in mem.peak.parts.items():
-        table.add_row(name.replace("_", " "), f"{nbytes / GIB:,.2f}")
-    table.add_row("[bold]total[/]", f"[bold]{mem.peak_gib:,.2f}[/]")
+    # the three nested quantities (`memory.model`): the tensors, then what the caching allocator adds, then what
+    # lives outside it
+    groups = (
+        (ALLOCATED_PARTS, "peak allocated (tensors at the worst moment)", peak.allocated_bytes),
+        (RESERVED_PARTS, "peak reserved (+ the caching allocator's fragmentation)", peak.reserved_bytes),
+        (DEVICE_PARTS, "on the device (+ CUDA context and NCCL)", peak.total_bytes),
+    )
+    for names, label, subtotal in groups:
+        for name in names:
+            nbytes = peak.parts.get(name, 0.0)
+            if nbytes:
+                table.add_row(name.replace("_", " "), f"{nbytes / GIB:,.2f}")
+        table.add_row(f"[bold]{label}[/]", f"[bold]{subtotal / GIB:,.2f}[/]")
     verdict = "[green]FITS[/]" if mem.fits else "[red]OOM[/]"
-    table.add_row(f"capacity {mem.capacity_bytes / GIB:,.0f} GiB, {mem.headroom:.0%} kept free", f"{verdict}")
+    left = mem.headroom_bytes / GIB
+    closeness = f"{left:,.2f} GiB left" if left >= 0 else f"{-left:,.2f} GiB over"
+    table.add_row(
+        f"capacity {mem.capacity_bytes / GIB:,.0f} GiB, {mem.headroom:.0%} kept free: usable "
+        f"{mem.usable_bytes / GIB:,.1f} GiB ({peak.total_bytes / mem.usable_bytes:.0%} used)",
+        f"{verdict}, {closeness}",
+    )
     console.print(table)
