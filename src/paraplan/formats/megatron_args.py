@@ -58,6 +58,11 @@ RELEVANT: tuple[Arg, ...] = (
     _a("account_for_loss_in_pipeline_split", "switch"),
     _a("pipeline_model_parallel_layout", "str"),
     _a("grad_reduce_in_bf16", "switch"),
+    _a("use_precision_aware_optimizer", "switch"),
+    _a("main_params_dtype", "str", choices=("fp32", "fp16")),
+    _a("main_grads_dtype", "str", choices=("fp32", "bf16")),
+    _a("exp_avg_dtype", "str", choices=("fp32", "fp16", "bf16", "fp8")),
+    _a("exp_avg_sq_dtype", "str", choices=("fp32", "fp16", "bf16", "fp8")),
     # --- batch
     _a("micro_batch_size", "int"),
     _a("global_batch_size", "int"),
@@ -185,7 +190,7 @@ _IGNORED_SWITCHES = (
     "async_save auto_detect_ckpt_format finetune use_checkpoint_args exit_signal_handler profile "
     "use_pytorch_profiler record_memory_history manual_gc eod_mask_loss reset_position_ids reset_attention_mask "
     "use_cpu_initialization deterministic_mode calculate_per_token_loss defer_embedding_wgrad_compute "
-    "delay_wgrad_compute use_precision_aware_optimizer ddp_average_in_collective use_rope_scaling "
+    "delay_wgrad_compute ddp_average_in_collective use_rope_scaling "
     "distribute_saved_activations sft skip_train init_method_xavier_uniform log_progress enable_experimental "
     "disable_straggler_on_startup use_persistent_ckpt_worker ckpt_fully_parallel_load"
 ).split()
@@ -218,7 +223,7 @@ _IGNORED_VALUED = (
     "distributed_timeout_minutes ddp_bucket_size profile_step_start profile_step_end profile_ranks rotary_base "
     "rotary_percent rotary_scaling_factor rotary_seq_len_interpolation_factor rope_scaling_factor mscale "
     "mscale_all_dim norm_epsilon max_position_embeddings transformer_impl tp_comm_overlap_cfg "
-    "num_distributed_optimizer_instances main_grads_dtype main_params_dtype exp_avg_dtype exp_avg_sq_dtype "
+    "num_distributed_optimizer_instances "
     "moe_router_load_balancing_type moe_aux_loss_coeff moe_z_loss_coeff moe_input_jitter_eps "
     "moe_router_dtype moe_router_topk_scaling_factor moe_router_score_function "
     "moe_router_bias_update_rate moe_router_num_groups moe_router_group_topk moe_token_drop_policy "

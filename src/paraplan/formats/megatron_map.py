@@ -189,6 +189,11 @@ def specs_from_megatron(
         problems.note(f"{label('moe_token_dispatcher_type')} allgather: projected as the alltoall dispatcher")
     if v.get("grad_reduce_in_bf16"):
         train["grad_reduce_in_fp32"] = False
+    if v.get("use_precision_aware_optimizer"):
+        train["use_precision_aware_optimizer"] = True
+    for dest in ("main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        if has(dest):
+            train[dest] = v[dest]
     if v.get("cp_comm_type") and set(v["cp_comm_type"]) - {"p2p"}:
         problems.note(f"{label('cp_comm_type')} {' '.join(v['cp_comm_type'])}: projected as the p2p ring exchange")
     if v.get("rampup_batch_size"):
@@ -695,6 +700,11 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         out["overlap_moe_expert_parallel_comm"] = True
     if not train.grad_reduce_in_fp32:
         out["grad_reduce_in_bf16"] = True
+    if train.use_precision_aware_optimizer:
+        out["use_precision_aware_optimizer"] = True
+        for dest in ("main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+            if getattr(train, dest) != "fp32":
+                out[dest] = getattr(train, dest)
     if train.attention_backend == "unfused":
         out["attention_backend"] = "unfused"
     if not train.kernel_fusion:

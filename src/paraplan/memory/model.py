@@ -154,6 +154,18 @@ class MemoryResult:
         }
 
 
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+def optimizer_state_bytes(train: TrainingSpec) -> float:
+    """Optimizer bytes per parameter under Megatron's precision-aware optimizer (TE FusedAdam): the main
+    parameters and the two Adam moments in their dtypes (fp32 each by default: 12 bytes, as without it). An fp8
+    moment carries one fp32 scale per tensor, negligible here."""
+    return float(
+        DTYPE_BYTES[train.main_params_dtype] + DTYPE_BYTES[train.exp_avg_dtype] + DTYPE_BYTES[train.exp_avg_sq_dtype]
+    )
+
+
 def state_bytes(
     dense_params: float, expert_params: float, train: TrainingSpec, expert_dp: int, gathered_params: float
 ) -> dict[str, float]:
@@ -167,6 +179,9 @@ def state_bytes(
     weight_bytes = FP32_WEIGHT_BYTES if fp32 else WEIGHT_BYTES
     grad_bytes = train.grad_reduce_bytes
     optimizer_bytes = ADAM_BYTES if fp32 else MASTER_AND_ADAM_BYTES
+    if train.use_precision_aware_optimizer and not fp32:
+        grad_bytes = min(grad_bytes, DTYPE_BYTES[train.main_grads_dtype])
+        optimizer_bytes = optimizer_state_bytes(train)
     if train.shards_params:
         # torch FSDP / ZeRO-3 mixed precision: fp32 sharded params and grads, Adam moments; bf16 gathered units
         shard = dense_params / dp + expert_params / expert_dp

@@ -119,6 +119,18 @@ class TrainingSpec:
     account_for_loss_in_pipeline_split: bool = False
     grad_reduce_in_fp32: bool = True
     """Megatron keeps fp32 main grads and reduces them in fp32 unless `--grad-reduce-in-bf16`."""
+    use_precision_aware_optimizer: bool = False
+    """Megatron `--use-precision-aware-optimizer`: TransformerEngine's FusedAdam keeps the main parameters,
+    main gradients and Adam moments in the dtypes below instead of fp32 (Megatron-LM arguments.py asserts they
+    are fp32 without it)."""
+    main_params_dtype: str = "fp32"
+    """`--main-params-dtype`: fp32 or fp16 (the master weights)."""
+    main_grads_dtype: str = "fp32"
+    """`--main-grads-dtype`: fp32 or bf16 (the gradient buffer the optimizer reads)."""
+    exp_avg_dtype: str = "fp32"
+    """`--exp-avg-dtype`: fp32, fp16, bf16 or fp8 (Adam's first moment)."""
+    exp_avg_sq_dtype: str = "fp32"
+    """`--exp-avg-sq-dtype`: fp32, fp16, bf16 or fp8 (Adam's second moment)."""
     framework: str = "megatron-lm"
     """Framework whose runtime overheads apply (megatron-lm, nemo-megatron, megatron-deepspeed, llm-foundry)."""
 

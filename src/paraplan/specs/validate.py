@@ -27,6 +27,28 @@ def resolve_dp(train: TrainingSpec, system: SystemSpec) -> TrainingSpec:
     return replace(train, data_parallel_size=max(dp, 1) if system.num_gpus % max(model_parallel, 1) == 0 else dp)
 
 
+# Megatron-LM arguments.py: the choices of the precision-aware optimizer's dtypes
+OPTIMIZER_DTYPE_CHOICES = {
+    "main_params_dtype": ("fp32", "fp16"),
+    "main_grads_dtype": ("fp32", "bf16"),
+    "exp_avg_dtype": ("fp32", "fp16", "bf16", "fp8"),
+    "exp_avg_sq_dtype": ("fp32", "fp16", "bf16", "fp8"),
+}
+
+
+def optimizer_dtype_problems(train: TrainingSpec) -> list[str]:
+    """Each optimizer dtype is one of Megatron's choices, and only the precision-aware optimizer takes one other
+    than fp32 (Megatron-LM asserts the same)."""
+    p: list[str] = []
+    for name, choices in OPTIMIZER_DTYPE_CHOICES.items():
+        value = getattr(train, name)
+        if value not in choices:
+            p.append(f"unknown {name} '{value}': choose one of {', '.join(choices)}")
+        elif value != "fp32" and not train.use_precision_aware_optimizer:
+            p.append(f"{name} {value} needs use_precision_aware_optimizer (Megatron keeps fp32 otherwise)")
+    return p
+
+
 def setting_problems(train: TrainingSpec) -> list[str]:
     """Named settings that must be one of a known set (whatever the layout): one line per unknown value."""
     p: list[str] = []
@@ -37,6 +59,7 @@ def setting_problems(train: TrainingSpec) -> list[str]:
         p.append(f"unknown attention backend '{train.attention_backend}': choose one of {choices}")
     if train.framework not in FRAMEWORKS:
         p.append(f"unknown framework '{train.framework}': choose one of {', '.join(FRAMEWORKS)}")
+    p += optimizer_dtype_problems(train)
     if train.moe_token_dispatcher_type not in DISPATCHERS:
         p.append(
             f"unknown MoE token dispatcher '{train.moe_token_dispatcher_type}': choose one of {', '.join(DISPATCHERS)}"
