@@ -38,8 +38,8 @@ GBS, SEQ, GPUS = 1024, 8192, 1024
 
 def nemo_recipe(precision: str) -> Candidate:
     """NeMo 2 / Megatron-Bridge `llama3_70b` H100 performance recipe (scripts/performance, 25.x)."""
-    return Candidate(
-        num_gpus=GPUS,
+    return Candidate.of(
+        GPUS,
         precision=precision,
         tp=4,
         cp=2,

@@ -8,7 +8,7 @@ the fitted profile, `ProjectionOptions.profile`), so the tuner never recomputes 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -207,6 +207,16 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
                 max_full_saved = max(max_full_saved, memory.full_saved_bytes - memory.saved_bytes)
         loss_logits = max(loss_logits, memory.loss_logits)  # the vocab-parallel logits (`memory.loss`)
     return StageFootprint(dense, expert, saved, max_layer, max_full_saved, loss_logits, edge)
+
+
+def stage_footprints(stage_parts: Sequence[Parts], model: ModelSpec, shard: L.Shard) -> list[StageFootprint]:
+    """`stage_footprint` of each stage, looked up once per distinct stage (the cache key hashes the whole
+    ModelSpec, a few microseconds; a pipeline of 16 x 8 chunks has a handful of distinct stages)."""
+    by_parts: dict[Parts, StageFootprint] = {}
+    for parts in stage_parts:
+        if parts not in by_parts:
+            by_parts[parts] = stage_footprint(parts, model, shard)
+    return [by_parts[parts] for parts in stage_parts]
 
 
 @dataclass(slots=True)
@@ -484,7 +494,7 @@ def project_specs(
         record_events=options.record_events,
         breakdown=options.breakdown,
     )
-    footprints = [stage_footprint(parts, model, shard) for parts in stage_parts]
+    footprints = stage_footprints(stage_parts, model, shard)
     memory = pipeline_memory(
         model, shard, train, system.gpu.hbm_bytes, footprints, holder, pipeline.peak_activation_bytes
     )

@@ -16,6 +16,8 @@ pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra
 from paraplan.measure.device import machine_busy  # noqa: E402
 from paraplan.measure.hybrid.validation import validate_cpu  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real 2-process gloo runs, twice (~20-40 s)
+
 TOLERANCE = 0.10
 
 

@@ -38,6 +38,7 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra)")
 pytest.importorskip("sklearn", reason="scikit-learn is not installed (the 'fit' extra)")
+pytestmark = pytest.mark.slow  # trains a small Llama, measures its kernels and fits a profile (~1 min)
 
 TARGET = 0.15  # the target for the whole step
 PARTS_TOLERANCE = 0.15  # the profiled parts (GEMMs + attention + optimizer) vs the same parts in the step

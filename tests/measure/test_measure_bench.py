@@ -15,6 +15,7 @@ pytest.importorskip("torch", reason="torch is not installed (the 'measure' extra
 pytest.importorskip("sklearn", reason="scikit-learn is not installed (the 'fit' extra)")
 
 
+@pytest.mark.slow
 def test_measure_quick_then_fit(tmp_path: Path, cli_app) -> None:
     out = tmp_path / "samples"
     runner = CliRunner()

@@ -17,7 +17,10 @@ from paraplan.report import html  # noqa: E402
 from paraplan.report.browser import Chromium, find_chromium  # noqa: E402
 
 CHROMIUM = find_chromium()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (apt-get install chromium)")
+pytestmark = [
+    pytest.mark.slow,  # headless Chromium renders every report
+    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (apt-get install chromium)"),
+]
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import pytest
 from paraplan.tune.tuner import TuneOptions, tune
 
 ray = pytest.importorskip("ray", reason="ray is not installed (the 'distributed' extra)")
+pytestmark = pytest.mark.slow  # starts a local Ray instance (worker processes)
 
 
 @pytest.fixture(scope="module")

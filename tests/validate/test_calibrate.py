@@ -50,6 +50,7 @@ def test_an_unseen_family_takes_its_software_neighbours_fit_only() -> None:
     assert calibration_for("b300", "", table={"family": {**blackwell, **ultra}}).fp8_gemm_efficiency == 0.52
 
 
+@pytest.mark.slow
 def test_fit_lowers_training_error_and_scores_held_out(public_csv) -> None:
     rows = read_rows(public_csv)
     # vTrain's single-node runs are host-bound enough to pin Megatron-DeepSpeed's constants
@@ -116,6 +117,7 @@ def test_a_framework_constant_is_fitted_only_where_its_rows_can_tell_it(public_c
     assert not _identifiable("step_overhead_s", "megatron-deepspeed", [])
 
 
+@pytest.mark.slow
 def test_every_gpu_familys_constants_are_searched(public_csv) -> None:
     """Each family is its own block: one block over all families' constants spent its evaluations on the first
     directions and left the last ones (the chip spread) at their defaults."""
@@ -162,6 +164,7 @@ def test_profiled_kernels_run_at_the_slowest_gpus_pace_too() -> None:
 NCCL_NVLINK_EFFICIENCY = (0.7, 0.9)
 
 
+@pytest.mark.slow
 def test_few_rows_do_not_push_the_nvlink_efficiency_out_of_what_nccl_reaches(public_csv) -> None:
     """NeMo's ten H100 rows alone, with the prior as wide as the compute efficiencies', took Hopper's NVLink
     efficiency to 0.95 (the bound); it is a measured hardware quantity, so its prior is narrower."""

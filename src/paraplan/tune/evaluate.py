@@ -9,7 +9,7 @@ memory). `prune=False` evaluates every variant (multi-objective runs want the me
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from paraplan.cost.calibration import calibration_for
 from paraplan.errors import ConfigError
@@ -198,11 +198,7 @@ class Evaluator:
                 if not memory.fits(mode, layers):
                     report.memory_rejected += 1
                     continue
-                train = (
-                    base_train
-                    if mode == "none"
-                    else replace(base_train, recompute_granularity=mode, recompute_num_layers=layers)
-                )
+                train = base_train if mode == "none" else memory.train_for(mode, layers)
                 evaluation, reason = self._project(c, train, source, exact=False)
                 if evaluation is None:
                     report.illegal += 1

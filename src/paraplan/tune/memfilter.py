@@ -18,7 +18,7 @@ from paraplan.graph import layers as L
 from paraplan.graph.partition import chunks_per_rank, pipeline_split
 from paraplan.memory.activations import recompute_mode
 from paraplan.memory.model import MemoryResult, pipeline_memory
-from paraplan.projection import _layout_parts, stage_footprint
+from paraplan.projection import _layout_parts, stage_footprints
 from paraplan.sim.engine import schedule_plan
 from paraplan.sim.plan import peak_live_bytes
 from paraplan.specs.model import ModelSpec
@@ -40,12 +40,28 @@ class GroupMemory:
         self.plan = schedule_plan(
             train.pipeline_schedule, train.pp, chunks_per_rank(train), train.num_microbatches, train.overlaps_ep
         )
+        self._trains: dict[tuple[str, int | None], TrainingSpec] = {
+            (train.recompute_granularity, train.recompute_num_layers): train
+        }
+
+    def train_for(self, mode: str, full_layers: int | None = None) -> TrainingSpec:
+        """The structure's training spec with this recompute (built once: `dataclasses.replace` of a TrainingSpec
+        costs tens of microseconds, and the tuner asks for it twice, to screen and to project)."""
+        key = (mode, full_layers)
+        train = self._trains.get(key)
+        if train is None:
+            train = self._trains[key] = replace(
+                self.train,
+                recompute_granularity=mode,  # type: ignore[arg-type]
+                recompute_num_layers=full_layers,
+            )
+        return train
 
     def memory(self, mode: str, full_layers: int | None = None) -> MemoryResult:
         """Bytes per GPU of every pipeline rank with this recompute (`full_layers`: `recompute_num_layers`)."""
-        train = replace(self.train, recompute_granularity=mode, recompute_num_layers=full_layers)  # type: ignore[arg-type]
+        train = self.train_for(mode, full_layers)
         stage_parts, _ = _layout_parts(self.model, self.split, recompute_mode(train), full_layers)
-        footprints = [stage_footprint(parts, self.model, self.shard) for parts in stage_parts]
+        footprints = stage_footprints(stage_parts, self.model, self.shard)
         peaks = [
             peak_live_bytes(self.plan, r, [footprints[i].saved_bytes for i in row]) for r, row in enumerate(self.holder)
         ]
