@@ -10,7 +10,23 @@ With numba installed (the extra `fast`), the simulator's loops run compiled; the
 itself with PARAPLAN_NO_JIT=1 in a subprocess (the pure-Python loops: the baseline) and prints the ratios.
 The compiled loops are loaded (or compiled) before the timed search, and that time is printed on its own.
 
-Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only] [--no-baseline]
+`--profile` runs the BF16 search in one process under cProfile and prints where its CPU time goes, by phase
+(shares of the whole run; the indented lines are parts, the memory line counts the projection's and the filter's).
+Measured on a loaded 2-core machine (2026-12-03, issue 35; cProfile inflates small calls, so read the shares):
+  projection (project_specs) 51%: pipeline simulation (play_pipeline) 23%, stage and block costs 15%, validator 1%
+  memory filter (GroupMemory: plan, verdicts) 35%: per-variant TrainingSpec (dataclasses.replace), the schedule's
+      in-flight peaks (peak_live_bytes), the stages' footprints
+  memory per rank (pipeline_memory + stage footprints, in the projection and the filter) 18%
+  candidates (to_training, with_axes, legality screen) 9.5%
+What the refactors since a895cf6 added (CPU of this search, workers 1, same session, 3 runs each): 11.2-12.6 s at
+a895cf6 (6,549 projected) -> 16.8-17.7 s at 0f39ff2 (5,961 projected: the memory model now rejects more). The
+memory filter now asks the projection's memory model (`pipeline_memory` per rank, `stage_footprint` per stage):
+each footprint lookup hashed the whole ModelSpec (~2-5 us, once per stage: 20-128 per variant) and each variant
+built its TrainingSpec with `dataclasses.replace` twice (screen and projection, ~40-80 us each). Looking footprints
+up once per distinct stage and building a variant's spec once: 13.5-16.0 s (ms per projection 2.92 -> 2.27-2.68).
+The rest of the gap is the filter's per-rank memory (memory/model.py) and the fewer candidates that fit.
+
+Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only] [--no-baseline] [--profile]
 """
 
 from __future__ import annotations
@@ -112,6 +128,49 @@ def run(precision: str, workers: int | None) -> tuple[TuneResult, float, float]:
     return result, ratio, wall_s
 
 
+# phases of a tuner run: (label, [(file suffix, function), ...]) whose cumulative CPU times add up
+PHASES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("projection (project_specs)", (("paraplan/projection.py", "project_specs"),)),
+    ("  pipeline simulation (sim.pipeline.play_pipeline)", (("paraplan/sim/pipeline.py", "play_pipeline"),)),
+    ("  stage and block costs (_stage_sums_of, _chunk_cost)", (("paraplan/projection.py", "_stage_sums_of"),
+                                                               ("paraplan/projection.py", "_chunk_cost"))),
+    ("  memory per rank (pipeline_memory; projection and filter)", (("paraplan/projection.py", "stage_footprints"),
+                                                          ("paraplan/memory/model.py", "pipeline_memory"))),
+    ("  validator (specs.validate.check)", (("paraplan/specs/validate.py", "check"),)),
+    ("memory filter (tune.memfilter.GroupMemory)", (("paraplan/tune/memfilter.py", "__init__"),
+                                                     ("paraplan/tune/memfilter.py", "fits"))),
+    ("candidates (to_training, with_axes, legality screen)", (("paraplan/tune/candidate.py", "to_training"),
+                                                              ("paraplan/tune/candidate.py", "with_axes"),
+                                                              ("paraplan/tune/legality.py", "candidate_problems"))),
+)  # fmt: skip
+
+
+def profile_search() -> None:
+    """The BF16 search in this process under cProfile: the CPU share of each phase, and the top functions."""
+    import cProfile
+    import pstats
+
+    problem = TuneProblem(
+        model_preset("llama3.1-70b"), (system_preset("h100-sxm5-80gb", GPUS),), GBS, SEQ,
+        model_ref="llama3.1-70b", gpu_ref="h100-sxm5-80gb",
+    )  # fmt: skip
+    profiler = cProfile.Profile()
+    profiler.enable()
+    result = tune(problem, parse_constraints(["precision=bf16"], {}), TuneOptions(workers=1, top_k=5))
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    total = sum(tt for _, _, tt, _, _ in stats.stats.values())  # type: ignore[attr-defined]
+    print(f"\n== profile: the BF16 search in one process, {result.evaluated:,} projected, {total:.1f} s profiled ==")
+    for label, keys in PHASES:
+        cum = sum(
+            ct
+            for (file, _, name), (_, _, _, ct, _) in stats.stats.items()  # type: ignore[attr-defined]
+            if any(file.endswith(suffix) and name == fn for suffix, fn in keys)
+        )
+        print(f"{label:<56} {cum:7.1f} s  {cum / total:6.1%}")
+    stats.sort_stats("tottime").print_stats(12)
+
+
 def baseline(args: argparse.Namespace) -> dict:
     """This benchmark with the pure-Python loops (PARAPLAN_NO_JIT=1), in a subprocess: its figures by precision."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
@@ -135,9 +194,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="processes (default: CPU count)")
     parser.add_argument("--bf16-only", action="store_true", help="skip the FP8 search")
     parser.add_argument("--no-baseline", action="store_true", help="skip the pure-Python loops' run")
+    parser.add_argument("--profile", action="store_true", help="profile the BF16 search in one process (cProfile)")
     parser.add_argument("--summary", help=argparse.SUPPRESS)  # JSON figures (the baseline subprocess)
     args = parser.parse_args()
     print(f"CPUs: {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}")
+    if args.profile:
+        profile_search()
+        return
     began = time.perf_counter()
     jit = loops_jit.available()  # imports numba
     import_s = time.perf_counter() - began
