@@ -4,6 +4,8 @@ per direction, RTT 30 ms, 16 MiB TCP windows (4.47 Gb/s per flow), at most 64 fl
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the done-when geo runs: two datacenters, every strategy (~20 s)
+
 
 def step(report, kind: str) -> float:
     best = report.placements[kind].best

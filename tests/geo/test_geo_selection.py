@@ -1,10 +1,12 @@
 """Which datacenters to use: a poorly connected one can make training slower (examples/geo/three-datacenters)."""
 
+import pytest
 from geo_paths import EXAMPLES
 
 from paraplan.geo import plan_geo
 
 
+@pytest.mark.slow  # several whole geo plans (~15 s)
 def test_a_poorly_connected_datacenter_slows_training(config_with):
     cfg = config_with(
         EXAMPLES / "three-datacenters.yaml",

@@ -70,6 +70,7 @@ def test_error_and_ratio_are_taken_against_the_measured_times() -> None:
     assert error is not None and error.mape == pytest.approx(0.25) and error.ratio == pytest.approx(1.5)
 
 
+@pytest.mark.slow  # fits every regressor family on the kernel samples (~30 s)
 def test_fit_reports_the_analytic_error_per_regressor(kernel_samples: Path, tmp_path: Path) -> None:
     """On the A100 samples the analytic GEMM and attention models (fitted on measured training steps, not on these
     kernels) are within 20% on average; the report carries it next to the regressor's own error. The attention

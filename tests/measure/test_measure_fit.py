@@ -106,6 +106,7 @@ def _held_out_mape(root: Path, op_files: list[str], direction: str, families: tu
     return float(np.mean(np.abs(regressor.predict_us(x[test]) / y[test] - 1)))
 
 
+@pytest.mark.slow  # fits profiles on the kernel samples (15-25 s)
 def test_held_out_gemm_and_attention(kernel_samples: Path) -> None:
     """Fit on 80% of the A100 rows, predict the other 20% (no outlier removal: the raw held-out rows)."""
     root = kernel_samples / "Perlmutter" / "operator"
@@ -126,6 +127,7 @@ def small_copy(kernel_samples: Path, target: Path, rows: int = 80) -> Path:
     return target
 
 
+@pytest.mark.slow  # fits profiles on the kernel samples (15-25 s)
 def test_fit_command_on_a_small_copy(kernel_samples: Path, tmp_path: Path, cli_app) -> None:
     samples = small_copy(kernel_samples, tmp_path / "samples")
     out = tmp_path / "a100.json"
@@ -144,6 +146,7 @@ def test_fit_command_on_a_small_copy(kernel_samples: Path, tmp_path: Path, cli_a
     assert profile.op_time_s(op) is not None and profile.covers(op) == "gemm.fwd"
 
 
+@pytest.mark.slow  # fits profiles on the kernel samples (15-25 s)
 def test_fit_profile_reports_outliers(kernel_samples: Path, tmp_path: Path) -> None:
     samples = small_copy(kernel_samples, tmp_path / "samples", rows=60)
     result = fit_profile(samples)

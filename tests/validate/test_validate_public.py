@@ -128,6 +128,7 @@ def test_error_is_signed_and_scored_per_source(tmp_path) -> None:
     assert report.skipped and report.skipped[0][0] == "c"
 
 
+@pytest.mark.slow  # projects every public row (~15 s)
 def test_error_by_scale_orders_the_brackets_by_size(public_csv) -> None:
     by_scale = validate_rows(read_rows(public_csv)).mape_by("scale")
     assert list(by_scale)[0] == "1 node"
