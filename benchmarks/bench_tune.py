@@ -18,13 +18,16 @@ Measured on a loaded 2-core machine (2026-12-03, issue 35; cProfile inflates sma
       in-flight peaks (peak_live_bytes), the stages' footprints
   memory per rank (pipeline_memory + stage footprints, in the projection and the filter) 18%
   candidates (to_training, with_axes, legality screen) 9.5%
-What the refactors since a895cf6 added (CPU of this search, workers 1, same session, 3 runs each): 11.2-12.6 s at
-a895cf6 (6,549 projected) -> 16.8-17.7 s at 0f39ff2 (5,961 projected: the memory model now rejects more). The
-memory filter now asks the projection's memory model (`pipeline_memory` per rank, `stage_footprint` per stage):
-each footprint lookup hashed the whole ModelSpec (~2-5 us, once per stage: 20-128 per variant) and each variant
-built its TrainingSpec with `dataclasses.replace` twice (screen and projection, ~40-80 us each). Looking footprints
-up once per distinct stage and building a variant's spec once: 13.5-16.0 s (ms per projection 2.92 -> 2.27-2.68).
-The rest of the gap is the filter's per-rank memory (memory/model.py) and the fewer candidates that fit.
+What the refactors since a895cf6 added (CPU of this benchmark, --workers 1 --bf16-only, same session, back to back,
+a loaded machine: load average 3-7 on 2 cores): a895cf6 11.2-16.2 s (6,549 projected, 1.70-2.47 ms each), 0f39ff2
+16.0-19.3 s (5,961 projected: the memory model now rejects more; 2.68-3.23 ms each). The memory filter now asks the
+projection's memory model (`pipeline_memory` per rank and variant, `stage_footprint` per stage): each footprint
+lookup hashed the whole ModelSpec (2-5 us, once per stage: 20-128 per variant) and each variant built its
+TrainingSpec with `dataclasses.replace` twice (screen and projection, 40-80 us each). Looking footprints up once per
+distinct stage and building a variant's spec once took the filter's footprint step from 12.8 s to 3.2 s profiled,
+but the whole run only to 13.5-17.9 s (2.27-3.00 ms each, 5 runs; 0f39ff2 16.7-17.7 s in the same 5 rounds): within
+the noise of this machine. The rest of the gap is the filter's per-rank memory (`memory/model.py`: `rank_memory`,
+`state_bytes` per rank and variant), not yet changed, and the fewer candidates that fit (a smaller denominator).
 
 Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only] [--no-baseline] [--profile]
 """
