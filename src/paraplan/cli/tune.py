@@ -33,6 +33,7 @@ from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import setting_problems
+from paraplan.textfiles import load_json, read_text_file
 from paraplan.tune.candidate import Candidate, TuneProblem
 from paraplan.tune.evaluate import Evaluation
 from paraplan.tune.explain import Explanation, explain
@@ -88,15 +89,9 @@ def _precisions(text: str | None, system: SystemSpec) -> list[str] | None:
 def _read_candidates(path: str, space: SearchSpace) -> list[Candidate]:
     """A JSON list of objects or a CSV with a header, keyed by axis names (tp, pp, vpp, cp, mbs, ...)."""
     file = Path(path)
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise ConfigError(f"--candidates {path}: {exc.strerror or exc}") from None
+    text = read_text_file(file, "--candidates")
     if file.suffix.lower() == ".json" or text.lstrip().startswith("["):
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"--candidates {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        rows = load_json(text, f"--candidates {path}")
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ConfigError(f"--candidates {path}: expected a JSON list of objects")
     else:

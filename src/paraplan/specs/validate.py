@@ -67,6 +67,34 @@ def setting_problems(train: TrainingSpec) -> list[str]:
     return p
 
 
+MAX_MODEL_STAGES = 4096
+"""Most model stages pp x vpp accepted: the graph, the memory model and the simulator build each stage (the largest
+published runs use pp x vpp of a few hundred)."""
+MAX_PIPELINE_WORK = 2**22
+"""Most micro-batches x model stages accepted (4.2 M): the simulator plays every micro-batch on every stage, about
+a second per million; Megatron runs use at most a few thousand micro-batches."""
+
+
+def size_problems(train: TrainingSpec) -> list[str]:
+    """Sizes the tool works in proportion to, refused before the work (pp x vpp, micro-batches, layout)."""
+    p: list[str] = []
+    stages = train.pp * train.vpp
+    if stages > MAX_MODEL_STAGES:
+        p.append(
+            f"pp*vpp = {train.pp}*{train.vpp} = {stages} model stages is more than the {MAX_MODEL_STAGES} accepted"
+        )
+    elif train.data_parallel_size is not None and train.dp >= 1:
+        work = (train.gbs // (train.mbs * train.dp)) * stages
+        if work > MAX_PIPELINE_WORK:
+            p.append(
+                f"micro-batches x model stages = {train.gbs // (train.mbs * train.dp)} x {stages} = {work} is more "
+                f"than the {MAX_PIPELINE_WORK} the simulator plays (lower gbs or raise mbs)"
+            )
+    if train.pipeline_layout is not None and any(n < 0 for n in train.pipeline_layout):
+        p.append(f"pipeline layout layer counts must be >= 0 (got {','.join(map(str, train.pipeline_layout))})")
+    return p
+
+
 def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -> list[str]:
     """Return one line per violated rule, naming the rule and the numbers."""
     p: list[str] = []
@@ -78,6 +106,7 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"mbs, gbs and seq must be >= 1 (got mbs={train.mbs}, gbs={train.gbs}, seq={train.seq})")
     if system.num_gpus < 1:
         p.append(f"the GPU count must be >= 1 (got {system.num_gpus})")
+    p += size_problems(train)
     if p:
         return p
     world = tp * pp * cp * dp
