@@ -345,7 +345,12 @@ def validate_rows(
                 microbatches=run.train.num_microbatches,
                 cell=_cell_label(run),
                 cell_key=(run.source, run.model, run.system, any_batch),
-                depth_key=(run.source, replace(run.model, name="", num_layers=0), run.system, any_batch),
+                depth_key=(
+                    run.source,
+                    replace(run.model, name="", num_layers=1),
+                    run.system,
+                    any_batch,
+                ),  # the model but its depth
                 depth_cell=_depth_label(run),
                 layers_per_rank=_busiest_rank_layers(run),
             )
