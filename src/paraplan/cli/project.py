@@ -17,6 +17,7 @@ from paraplan.cli.common import (
     ModelOpt,
     MoeDispatcherOpt,
     ProfileOpt,
+    check_outputs,
     console,
     err_console,
     fitted_profile,
@@ -33,6 +34,7 @@ from paraplan.cli.formats import (
 )
 from paraplan.cli.printers import print_memory, print_projection, write_trace
 from paraplan.cli.spec_options import MODEL_OPTIONS, SYSTEM_OPTIONS, TRAINING_OPTIONS, spec_values
+from paraplan.formats import EMIT_FORMATS, canonical_format
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
 
@@ -145,6 +147,9 @@ def _projection_command(
     hybrid_cache: Annotated[str | None, Opt("--hybrid-cache", help="SQLite cache of hybrid measurements")] = None,
 ) -> None:
     """Project step time, throughput, MFU, the time breakdown and memory per GPU."""
+    check_outputs({"--trace": trace, "--emit-file": emit_file}, {"--chakra": chakra})
+    if emit_format:
+        canonical_format(emit_format, EMIT_FORMATS)  # an unknown format is refused before anything is printed
     reports.check(html, png)
     cfg = read_config_options(megatron_args, from_config, config_format, gpus, model)
     print_notes(cfg)

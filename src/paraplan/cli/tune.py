@@ -20,6 +20,7 @@ from paraplan.cli.common import (
     ModelOpt,
     MoeDispatcherOpt,
     ProfileOpt,
+    check_outputs,
     console,
     err_console,
     fitted_profile,
@@ -172,6 +173,7 @@ def tune_command(
     png: reports.PngOpt = None,
 ) -> None:
     """Search parallel configurations; show the fastest that fit in memory."""
+    check_outputs({"--csv": csv_path})
     reports.check(html, png)
     problems: list[str] = []
     if gbs is None or gbs < 1:

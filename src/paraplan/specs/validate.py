@@ -70,9 +70,10 @@ def setting_problems(train: TrainingSpec) -> list[str]:
 MAX_MODEL_STAGES = 4096
 """Most model stages pp x vpp accepted: the graph, the memory model and the simulator build each stage (the largest
 published runs use pp x vpp of a few hundred)."""
-MAX_PIPELINE_WORK = 2**22
-"""Most micro-batches x model stages accepted (4.2 M): the simulator plays every micro-batch on every stage, about
-a second per million; Megatron runs use at most a few thousand micro-batches."""
+MAX_PIPELINE_WORK = 2**20
+"""Most micro-batches x model stages accepted (1 M): the simulator and the memory model work per micro-batch and
+stage (gbs 1e7 on 8 GPUs took 5 GB, issue 34); published Megatron runs stay below a few hundred thousand (e.g.
+4096 micro-batches x pp 16 x vpp 4 = 262,144)."""
 
 
 def size_problems(train: TrainingSpec) -> list[str]:
