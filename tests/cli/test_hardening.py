@@ -302,3 +302,24 @@ def test_byte_order_mark_and_strict_json(tmp_path: Path) -> None:
     assert "Infinity" not in result.stdout and "NaN" not in result.stdout
     out = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert not out["skipped"]
+
+
+# ----------------------------------------------------------------------------- 5. the first hour
+def test_version() -> None:
+    from paraplan import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.strip() == f"paraplan {__version__}"
+
+
+def test_global_batch_defaults_to_megatrons_and_says_so() -> None:
+    result = runner.invoke(
+        app, ["project", "--model", "llama3.1-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "gbs = mbs*dp = 1*8 = 8" in result.stderr
+    assert json.loads(result.stdout)["config"]["gbs"] == 8
+
+
+def test_an_explicit_global_batch_is_kept() -> None:
+    assert_bad(runner.invoke(app, [*PROJECT[:-1], "1"]), "global batch 1 must be divisible by mbs*dp = 1*8 = 8")

@@ -37,6 +37,9 @@ from paraplan.cli.spec_options import MODEL_OPTIONS, SYSTEM_OPTIONS, TRAINING_OP
 from paraplan.formats import EMIT_FORMATS, canonical_format
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
+from paraplan.specs.system import SystemSpec
+from paraplan.specs.training import TrainingSpec
+from paraplan.specs.validate import resolve_dp
 
 Opt = typer.Option
 
@@ -57,7 +60,9 @@ def _projection_command(
     etp: Annotated[int | None, Opt("--etp", help="expert_tensor_parallel_size (default: tp)")] = None,
     dp: Annotated[int | None, Opt("--dp", help="data parallel size (default: gpus / (tp*pp*cp))")] = None,
     mbs: Annotated[int | None, Opt("--mbs", help="micro_batch_size")] = None,
-    gbs: Annotated[int | None, Opt("--gbs", help="global_batch_size")] = None,
+    gbs: Annotated[
+        int | None, Opt("--gbs", help="global_batch_size (default: mbs*dp, one micro-batch per rank, as Megatron-LM)")
+    ] = None,
     seq: Annotated[int | None, Opt("--seq", help="seq_length")] = None,
     recompute: Annotated[str | None, Opt("--recompute", help="none | selective | full")] = None,
     recompute_num_layers: Annotated[int | None, Opt("--recompute-num-layers")] = None,
@@ -159,6 +164,7 @@ def _projection_command(
     train = training_with_config(cfg, config_file, spec_values(params, TRAINING_OPTIONS))
     if vpp and vpp > 1 and schedule is None and train.pipeline_schedule == megatron_schedule(1).name:
         train = train.with_values(pipeline_schedule=megatron_schedule(vpp).name)  # as Megatron-LM picks it
+    train = _default_global_batch(train, system, given=gbs is not None)
     fitted = fitted_profile(profile, system.gpu.name, analytic)
     if hybrid and ctx.info_name == "project":
         from paraplan.cli.hybrid import hybrid_command
@@ -183,6 +189,23 @@ def _projection_command(
     if chakra:
         err_console.print(export_plan_chakra(result.model, result.system, result.train, chakra), highlight=False)
     reports.write("project_report", html, png, result)
+
+
+def _default_global_batch(train: TrainingSpec, system: SystemSpec, given: bool) -> TrainingSpec:
+    """No global batch given (neither --gbs nor a file: the spec's default 1): mbs*dp, Megatron-LM's own default
+    (`global_batch_size = micro_batch_size * data_parallel_size` when unset, megatron/training/arguments.py), said in
+    a note. A batch of 1 over several data-parallel ranks is never a legal layout, so nothing valid changes."""
+    if given or train.gbs != TrainingSpec().gbs or min(train.tp, train.pp, train.cp, train.mbs) < 1:
+        return train
+    dp = resolve_dp(train, system).data_parallel_size or 0
+    if dp < 1 or train.mbs * dp == train.gbs:
+        return train
+    err_console.print(
+        f"note: no global batch given: gbs = mbs*dp = {train.mbs}*{dp} = {train.mbs * dp} (Megatron-LM's default); "
+        "give --gbs for your run's batch",
+        highlight=False,
+    )
+    return train.with_values(gbs=train.mbs * dp)
 
 
 def register(app: typer.Typer) -> None:
