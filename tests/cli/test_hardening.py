@@ -323,3 +323,14 @@ def test_global_batch_defaults_to_megatrons_and_says_so() -> None:
 
 def test_an_explicit_global_batch_is_kept() -> None:
     assert_bad(runner.invoke(app, [*PROJECT[:-1], "1"]), "global batch 1 must be divisible by mbs*dp = 1*8 = 8")
+
+
+def test_help_shows_the_training_defaults() -> None:
+    result = runner.invoke(app, ["project", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for fragment in (
+        "seq_length (default: 2048)",
+        "micro_batch_size (default: 1)",
+        "global_batch_size (default: mbs*dp",
+    ):
+        assert fragment in result.stdout, fragment

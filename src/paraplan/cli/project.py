@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.models import OptionInfo
 
 from paraplan.cli import reports
 from paraplan.cli.common import (
@@ -208,7 +212,25 @@ def _default_global_batch(train: TrainingSpec, system: SystemSpec, given: bool) 
     return train.with_values(gbs=train.mbs * dp)
 
 
+def _show_training_defaults(fn: Callable[..., Any]) -> None:
+    """Append `(default: X)` to the help of each training option left unset (None) on the command line: X is the
+    TrainingSpec default that then applies (`--help` would otherwise show no default for them)."""
+    defaults = TrainingSpec()
+    hints = typing.get_type_hints(fn, include_extras=True)  # the annotations are strings (PEP 563)
+    for name, param in inspect.signature(fn).parameters.items():
+        field = TRAINING_OPTIONS.get(name)
+        infos = [m for m in getattr(hints.get(name), "__metadata__", ()) if isinstance(m, OptionInfo)]
+        if field is None or not infos or param.default is not None or "default" in (infos[0].help or ""):
+            continue
+        value = getattr(defaults, field)
+        if value is not None:
+            shown = str(value).lower() if isinstance(value, bool) else value
+            infos[0].help = f"{infos[0].help or ''} (default: {shown})".strip()
+            fn.__annotations__[name] = hints[name]  # evaluated once, so typer reads this OptionInfo
+
+
 def register(app: typer.Typer) -> None:
+    _show_training_defaults(_projection_command)
     command = handle_errors(_projection_command)
     app.command("project")(command)
     app.command("memory", help="Memory per GPU by part, with the FITS/OOM verdict.")(command)
