@@ -334,3 +334,8 @@ def test_help_shows_the_training_defaults() -> None:
         "global_batch_size (default: mbs*dp",
     ):
         assert fragment in result.stdout, fragment
+
+
+@pytest.mark.parametrize("limit", ["nan", "inf", "-5", "0"])
+def test_tune_time_limit_must_be_a_positive_number(limit: str) -> None:
+    assert_bad(runner.invoke(app, [*TUNE, "--time-limit", limit]), "--time-limit must be a number of seconds > 0")
