@@ -339,3 +339,9 @@ def test_help_shows_the_training_defaults() -> None:
 @pytest.mark.parametrize("limit", ["nan", "inf", "-5", "0"])
 def test_tune_time_limit_must_be_a_positive_number(limit: str) -> None:
     assert_bad(runner.invoke(app, [*TUNE, "--time-limit", limit]), "--time-limit must be a number of seconds > 0")
+
+
+def test_candidates_as_an_inline_json_list() -> None:
+    result = runner.invoke(app, [*TUNE, "--candidates", '[{"tp": 2, "pp": 1, "mbs": 1}]', "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["evaluated"] == 1

@@ -88,9 +88,12 @@ def _precisions(text: str | None, system: SystemSpec) -> list[str] | None:
 
 
 def _read_candidates(path: str, space: SearchSpace) -> list[Candidate]:
-    """A JSON list of objects or a CSV with a header, keyed by axis names (tp, pp, vpp, cp, mbs, ...)."""
+    """A JSON list of objects (given inline, or in a file) or a CSV file with a header, keyed by axis names (tp, pp,
+    vpp, cp, mbs, ...)."""
     file = Path(path)
-    text = read_text_file(file, "--candidates")
+    text = path if path.lstrip().startswith("[") else read_text_file(file, "--candidates")
+    if text is path:
+        path = "(inline JSON)"
     if file.suffix.lower() == ".json" or text.lstrip().startswith("["):
         rows = load_json(text, f"--candidates {path}")
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
@@ -161,7 +164,11 @@ def tune_command(
     llm_rounds: Annotated[int, Opt("--llm-rounds", help="proposal rounds")] = 2,
     explain_winner: Annotated[bool, Opt("--explain", help="why the winner beats the runner-up")] = False,
     candidates_file: Annotated[
-        str | None, Opt("--candidates", help="only rank these configurations (JSON list or CSV of axis values)")
+        str | None,
+        Opt(
+            "--candidates",
+            help="only rank these configurations: a JSON list (inline or a file) or a CSV file of axis values",
+        ),
     ] = None,
     seed: Annotated[int, Opt("--seed", help="sampler seed")] = 0,
     system_file: Annotated[str | None, Opt("--system-file", help="YAML system description or overrides")] = None,
