@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from paraplan.errors import ConfigError
 from paraplan.memory.model import MemoryResult
 from paraplan.projection import ProjectionOptions, project_specs
@@ -13,12 +11,13 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.presets import model_preset, system_preset
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
+from paraplan.textfiles import is_existing_file
 
 
 def resolve_model(model: str | ModelSpec) -> ModelSpec:
     if isinstance(model, ModelSpec):
         return model
-    if model.endswith(".json") or Path(model).is_file():
+    if model.endswith(".json") or is_existing_file(model):
         return load_hf_config(model)
     return model_preset(model)
 

@@ -21,11 +21,30 @@ def unknown_name_problems(
     "unknown training setting 'tensor_parallel' (did you mean 'tensor_model_parallel_size'?)"."""
     prefix = f"{where}: " if where else ""
     lines = []
-    for name in sorted(set(names) - set(known)):
+    for name in sorted({str(n) for n in names} - set(known)):
         close = difflib.get_close_matches(name, sorted(known), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         lines.append(f"{prefix}unknown {what} '{name}'{hint}")
     return lines
+
+
+def bound_problems(checks: Iterable[tuple[str, object, float, float]], what: str = "") -> list[str]:
+    """One line per value outside [low, high] (or not a finite number): checks are (name, value, low, high).
+    A value of the wrong type is reported here too, so that no comparison raises a TypeError later."""
+    prefix = f"{what} " if what else ""
+    lines = []
+    for name, value, low, high in checks:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            lines.append(f"{prefix}{name} must be a number (got {value!r})")
+        elif value != value or not low <= value <= high:  # value != value: NaN
+            lower = "> 0" if 0 < low < 1e-6 else f">= {_number(low)}"  # a tiny low bound stands for "positive"
+            upper = "" if high == float("inf") else f" and <= {_number(high)}"
+            lines.append(f"{prefix}{name} must be {lower}{upper} (got {value})")
+    return lines
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def reject_unknown_names(names: Iterable[str], known: Collection[str], what: str = "setting", where: str = "") -> None:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import functools
+import json
+import math
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -44,6 +48,65 @@ def handle_errors(fn: F) -> F:
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------- JSON out
+def finite(value: Any) -> Any:
+    """The value with every infinite or NaN float replaced by None: JSON has no Infinity or NaN (RFC 8259)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def json_text(value: Any) -> str:
+    """Strict JSON (no Infinity, no NaN: they become null), for every `--json` output."""
+    return json.dumps(finite(value), allow_nan=False)
+
+
+# ----------------------------------------------------------------------------- outputs, checked before any work
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path.cwd()
+
+
+def output_problems(files: dict[str, str | None], folders: dict[str, str | None] | None = None) -> list[str]:
+    """One line per output that cannot be written: `files` and `folders` map an option (`--trace`) to its path.
+    A file needs an existing, writable folder and must not be a folder; a folder is created where its nearest
+    existing parent is a writable folder."""
+    problems: list[str] = []
+    for option, name in files.items():
+        if not name:
+            continue
+        path = Path(name)
+        parent = path.parent if str(path.parent) else Path(".")
+        if path.is_dir():
+            problems.append(f"{option} {name}: is a folder, not a file")
+        elif not parent.is_dir():
+            problems.append(f"{option} {name}: folder {parent} does not exist")
+        elif not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            problems.append(f"{option} {name}: not writable (permission denied)")
+    for option, name in (folders or {}).items():
+        if not name:
+            continue
+        existing = _nearest_existing(Path(name))
+        if not existing.is_dir():
+            problems.append(f"{option} {name}: {existing} is a file, not a folder")
+        elif not os.access(existing, os.W_OK):
+            problems.append(f"{option} {name}: {existing} is not writable (permission denied)")
+    return problems
+
+
+def check_outputs(files: dict[str, str | None], folders: dict[str, str | None] | None = None) -> None:
+    """Raise a ConfigError for every output that cannot be written, before anything is computed or printed."""
+    problems = output_problems(files, folders)
+    if problems:
+        raise ConfigError(problems)
 
 
 # ----------------------------------------------------------------------------- option types

@@ -20,6 +20,7 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import check
+from paraplan.textfiles import read_text_file
 
 Opt = typer.Option
 TARGETS = (*EMIT_FORMATS, "chakra")
@@ -47,8 +48,7 @@ def read_config_options(
     if megatron_args:
         return read_config(megatron_args, "megatron", num_gpus=gpus, model=base)
     assert from_config is not None
-    if not Path(from_config).is_file():
-        raise ConfigError(f"config file not found: {from_config}")
+    read_text_file(from_config, "--from-config")  # a clear line for a folder, a missing or non-UTF-8 file
     return read_config(Path(from_config), fmt, num_gpus=gpus, model=base)
 
 

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from paraplan.cli import reports
-from paraplan.cli.common import console, handle_errors
+from paraplan.cli.common import check_outputs, console, handle_errors
 from paraplan.geo.summary import placement_row
 
 Opt = typer.Option
@@ -29,6 +29,7 @@ def _geo_command(
     png: reports.PngOpt = None,
 ) -> None:
     """Compare DP across, PP across and Atlas placements over datacenters; what-if tables; BubbleTea."""
+    check_outputs({"--trace": trace})
     reports.check(html, png)
     from paraplan.geo.config import load_geo_config
     from paraplan.geo.planner import plan_geo

@@ -27,6 +27,22 @@ COMMAND_MODULES = (
     "formats",
 )
 
+
+def _version(value: bool) -> None:
+    if value:
+        from paraplan import __version__
+
+        print(f"paraplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
+) -> None:
+    """Project LLM training step time, memory and the best parallel configuration."""
+
+
 for _name in COMMAND_MODULES:
     try:
         _module = importlib.import_module(f"paraplan.cli.{_name}")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.models import OptionInfo
 
 from paraplan.cli import reports
 from paraplan.cli.common import (
@@ -17,6 +21,7 @@ from paraplan.cli.common import (
     ModelOpt,
     MoeDispatcherOpt,
     ProfileOpt,
+    check_outputs,
     console,
     err_console,
     fitted_profile,
@@ -33,8 +38,12 @@ from paraplan.cli.formats import (
 )
 from paraplan.cli.printers import print_memory, print_projection, write_trace
 from paraplan.cli.spec_options import MODEL_OPTIONS, SYSTEM_OPTIONS, TRAINING_OPTIONS, spec_values
+from paraplan.formats import EMIT_FORMATS, canonical_format
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
+from paraplan.specs.system import SystemSpec
+from paraplan.specs.training import TrainingSpec
+from paraplan.specs.validate import resolve_dp
 
 Opt = typer.Option
 
@@ -55,7 +64,9 @@ def _projection_command(
     etp: Annotated[int | None, Opt("--etp", help="expert_tensor_parallel_size (default: tp)")] = None,
     dp: Annotated[int | None, Opt("--dp", help="data parallel size (default: gpus / (tp*pp*cp))")] = None,
     mbs: Annotated[int | None, Opt("--mbs", help="micro_batch_size")] = None,
-    gbs: Annotated[int | None, Opt("--gbs", help="global_batch_size")] = None,
+    gbs: Annotated[
+        int | None, Opt("--gbs", help="global_batch_size (default: mbs*dp, one micro-batch per rank, as Megatron-LM)")
+    ] = None,
     seq: Annotated[int | None, Opt("--seq", help="seq_length")] = None,
     recompute: Annotated[str | None, Opt("--recompute", help="none | selective | full")] = None,
     recompute_num_layers: Annotated[int | None, Opt("--recompute-num-layers")] = None,
@@ -145,6 +156,9 @@ def _projection_command(
     hybrid_cache: Annotated[str | None, Opt("--hybrid-cache", help="SQLite cache of hybrid measurements")] = None,
 ) -> None:
     """Project step time, throughput, MFU, the time breakdown and memory per GPU."""
+    check_outputs({"--trace": trace, "--emit-file": emit_file}, {"--chakra": chakra})
+    if emit_format:
+        canonical_format(emit_format, EMIT_FORMATS)  # an unknown format is refused before anything is printed
     reports.check(html, png)
     cfg = read_config_options(megatron_args, from_config, config_format, gpus, model)
     print_notes(cfg)
@@ -154,6 +168,7 @@ def _projection_command(
     train = training_with_config(cfg, config_file, spec_values(params, TRAINING_OPTIONS))
     if vpp and vpp > 1 and schedule is None and train.pipeline_schedule == megatron_schedule(1).name:
         train = train.with_values(pipeline_schedule=megatron_schedule(vpp).name)  # as Megatron-LM picks it
+    train = _default_global_batch(train, system, given=gbs is not None)
     fitted = fitted_profile(profile, system.gpu.name, analytic)
     if hybrid and ctx.info_name == "project":
         from paraplan.cli.hybrid import hybrid_command
@@ -180,7 +195,42 @@ def _projection_command(
     reports.write("project_report", html, png, result)
 
 
+def _default_global_batch(train: TrainingSpec, system: SystemSpec, given: bool) -> TrainingSpec:
+    """No global batch given (neither --gbs nor a file: the spec's default 1): mbs*dp, Megatron-LM's own default
+    (`global_batch_size = micro_batch_size * data_parallel_size` when unset, megatron/training/arguments.py), said in
+    a note. A batch of 1 over several data-parallel ranks is never a legal layout, so nothing valid changes."""
+    if given or train.gbs != TrainingSpec().gbs or min(train.tp, train.pp, train.cp, train.mbs) < 1:
+        return train
+    dp = resolve_dp(train, system).data_parallel_size or 0
+    if dp < 1 or train.mbs * dp == train.gbs:
+        return train
+    err_console.print(
+        f"note: no global batch given: gbs = mbs*dp = {train.mbs}*{dp} = {train.mbs * dp} (Megatron-LM's default); "
+        "give --gbs for your run's batch",
+        highlight=False,
+    )
+    return train.with_values(gbs=train.mbs * dp)
+
+
+def _show_training_defaults(fn: Callable[..., Any]) -> None:
+    """Append `(default: X)` to the help of each training option left unset (None) on the command line: X is the
+    TrainingSpec default that then applies (`--help` would otherwise show no default for them)."""
+    defaults = TrainingSpec()
+    hints = typing.get_type_hints(fn, include_extras=True)  # the annotations are strings (PEP 563)
+    for name, param in inspect.signature(fn).parameters.items():
+        field = TRAINING_OPTIONS.get(name)
+        infos = [m for m in getattr(hints.get(name), "__metadata__", ()) if isinstance(m, OptionInfo)]
+        if field is None or not infos or param.default is not None or "default" in (infos[0].help or ""):
+            continue
+        value = getattr(defaults, field)
+        if value is not None:
+            shown = str(value).lower() if isinstance(value, bool) else value
+            infos[0].help = f"{infos[0].help or ''} (default: {shown})".strip()
+            fn.__annotations__[name] = hints[name]  # evaluated once, so typer reads this OptionInfo
+
+
 def register(app: typer.Typer) -> None:
+    _show_training_defaults(_projection_command)
     command = handle_errors(_projection_command)
     app.command("project")(command)
     app.command("memory", help="Memory per GPU by part, with the FITS/OOM verdict.")(command)

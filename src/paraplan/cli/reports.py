@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from paraplan.cli.common import err_console
+from paraplan.cli.common import check_outputs, err_console
 
 HtmlOpt = Annotated[
     str | None, typer.Option("--html", help="write a self-contained HTML report (plotly inline: opens offline)")
@@ -16,7 +16,9 @@ PngOpt = Annotated[str | None, typer.Option("--png", help="write the report's fi
 
 
 def check(html: str | None, png: str | None) -> None:
-    """Before any work: without the `report` extra, --html/--png fail with a clear message (exit code 2)."""
+    """Before any work: an output that cannot be written, or --html/--png without the `report` extra, fail with a
+    clear message (exit code 2)."""
+    check_outputs({"--html": html, "--png": png})
     if html or png:
         from paraplan.report.extras import require
 

@@ -20,6 +20,7 @@ from paraplan.cli.common import (
     ModelOpt,
     MoeDispatcherOpt,
     ProfileOpt,
+    check_outputs,
     console,
     err_console,
     fitted_profile,
@@ -33,6 +34,7 @@ from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import setting_problems
+from paraplan.textfiles import load_json, read_text_file
 from paraplan.tune.candidate import Candidate, TuneProblem
 from paraplan.tune.evaluate import Evaluation
 from paraplan.tune.explain import Explanation, explain
@@ -86,17 +88,14 @@ def _precisions(text: str | None, system: SystemSpec) -> list[str] | None:
 
 
 def _read_candidates(path: str, space: SearchSpace) -> list[Candidate]:
-    """A JSON list of objects or a CSV with a header, keyed by axis names (tp, pp, vpp, cp, mbs, ...)."""
+    """A JSON list of objects (given inline, or in a file) or a CSV file with a header, keyed by axis names (tp, pp,
+    vpp, cp, mbs, ...)."""
     file = Path(path)
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise ConfigError(f"--candidates {path}: {exc.strerror or exc}") from None
+    text = path if path.lstrip().startswith("[") else read_text_file(file, "--candidates")
+    if text is path:
+        path = "(inline JSON)"
     if file.suffix.lower() == ".json" or text.lstrip().startswith("["):
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"--candidates {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        rows = load_json(text, f"--candidates {path}")
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ConfigError(f"--candidates {path}: expected a JSON list of objects")
     else:
@@ -165,7 +164,11 @@ def tune_command(
     llm_rounds: Annotated[int, Opt("--llm-rounds", help="proposal rounds")] = 2,
     explain_winner: Annotated[bool, Opt("--explain", help="why the winner beats the runner-up")] = False,
     candidates_file: Annotated[
-        str | None, Opt("--candidates", help="only rank these configurations (JSON list or CSV of axis values)")
+        str | None,
+        Opt(
+            "--candidates",
+            help="only rank these configurations: a JSON list (inline or a file) or a CSV file of axis values",
+        ),
     ] = None,
     seed: Annotated[int, Opt("--seed", help="sampler seed")] = 0,
     system_file: Annotated[str | None, Opt("--system-file", help="YAML system description or overrides")] = None,
@@ -177,6 +180,7 @@ def tune_command(
     png: reports.PngOpt = None,
 ) -> None:
     """Search parallel configurations; show the fastest that fit in memory."""
+    check_outputs({"--csv": csv_path})
     reports.check(html, png)
     problems: list[str] = []
     if gbs is None or gbs < 1:

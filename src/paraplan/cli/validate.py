@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +9,7 @@ import typer
 from rich.table import Table
 
 from paraplan.cli import reports
-from paraplan.cli.common import console, handle_errors
+from paraplan.cli.common import console, handle_errors, json_text
 from paraplan.cost.calibration import fitted_table
 from paraplan.validate.decompose import CellFit, by_source, cell_fits, depth_by_source, depth_fits
 from paraplan.validate.measured import read_rows
@@ -71,7 +70,7 @@ def validate(
                     "cells": [fit.to_dict() for fit in depths],
                 },
             }
-        print(json.dumps(out))
+        print(json_text(out))
         return
     if report:  # the held-out column belongs to the shipped calibration, not to a profile's projections
         print(markdown_table(result, None if profile else fitted_table().get("held_out_mape_pct")))

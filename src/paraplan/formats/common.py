@@ -16,12 +16,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
-
 from paraplan.errors import ConfigError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.presets import model_names, model_preset
 from paraplan.specs.training import TrainingSpec
+from paraplan.textfiles import load_yaml, names_a_path, read_text_file
 
 MODEL_FIELDS = frozenset(f.name for f in fields(ModelSpec))
 SHAPE_IGNORED = frozenset({"name", "source"})
@@ -78,28 +77,25 @@ def suggest(name: str, known: Iterable[str]) -> str:
 
 
 def load_text(path_or_text: str | Path) -> tuple[str, str, Path | None]:
-    """(text, source name, file path or None). A Path, or a one-line string naming a file, is read."""
-    if isinstance(path_or_text, Path) or ("\n" not in path_or_text and len(path_or_text) < 4096):
+    """(text, source name, file path or None). A Path, or a one-line string naming a file or folder, is read
+    (`textfiles.read_text_file`: a folder, an unreadable or non-UTF-8 file is a ConfigError)."""
+    if isinstance(path_or_text, Path):
+        return read_text_file(path_or_text), str(path_or_text), path_or_text
+    if "\n" not in path_or_text and len(path_or_text) < 4096 and names_a_path(path_or_text):
         path = Path(path_or_text)
-        try:
-            if path.is_file():
-                return path.read_text(), str(path), path
-        except OSError:
-            pass
-        if isinstance(path_or_text, Path):
-            raise ConfigError(f"file not found: {path}")
+        return read_text_file(path), str(path), path
     return str(path_or_text), "", None
 
 
 def load_yaml_mapping(text: str, source: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source or 'input'}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = load_yaml(text, source)
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source or 'input'}: expected a mapping of settings at the top level")
+    bad_keys = [k for k in data if not isinstance(k, str)]
+    if bad_keys:
+        raise ConfigError(f"{source or 'input'}: setting names must be text (got {', '.join(map(repr, bad_keys))})")
     return data
 
 
@@ -131,8 +127,8 @@ def substitute_env(value: Any, env: Mapping[str, str], problems: Problems, where
     replaced = _ENV_REF.sub(one, value)
     if whole:
         try:
-            return yaml.safe_load(replaced) if replaced.strip() else None
-        except yaml.YAMLError:
+            return load_yaml(replaced) if replaced.strip() else None
+        except ConfigError:
             return replaced
     return replaced
 

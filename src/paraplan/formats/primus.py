@@ -37,6 +37,7 @@ from paraplan.specs.schedule import SCHEDULES
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import resolve_dp
+from paraplan.textfiles import read_text_file
 
 MODULE = "pre_trainer"
 TOP_KEYS = frozenset({"work_group", "user_name", "exp_name", "workspace", "modules", "extends", "bases"})
@@ -110,7 +111,7 @@ def load_with_bases(
         if not parent.is_file():
             problems.add(f"{where}: inherits '{ref}', which is not found (looked at {parent})")
             continue
-        parent_data = load_yaml_mapping(parent.read_text(), str(parent))
+        parent_data = load_yaml_mapping(read_text_file(parent), str(parent))
         merged = deep_merge(merged, load_with_bases(parent_data, parent, env, problems, seen | {parent}))
     return deep_merge(merged, data)
 
@@ -126,7 +127,7 @@ def _find(name: str, base: Path, kind: str, framework: str) -> tuple[Path | None
 
 
 def _load_file(path: Path, env: Mapping[str, str], problems: Problems) -> dict[str, Any]:
-    data = load_yaml_mapping(path.read_text(), str(path))
+    data = load_yaml_mapping(read_text_file(path), str(path))
     return load_with_bases(data, path, env, problems, frozenset({path.resolve()}))
 
 

@@ -18,9 +18,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from paraplan.errors import ConfigError
+from paraplan.textfiles import load_yaml
 
 
 @dataclass(frozen=True)
@@ -42,8 +41,8 @@ class Sniff:
     @cached_property
     def yaml_data(self) -> Any:
         try:
-            return yaml.safe_load(self.text)
-        except yaml.YAMLError:
+            return load_yaml(self.text)
+        except ConfigError:
             return None
 
     @property

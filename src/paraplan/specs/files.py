@@ -5,29 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from paraplan.errors import ConfigError, unknown_name_problems
+from paraplan.specs.fieldtypes import coerce_fields
 from paraplan.specs.presets import system_preset
 from paraplan.specs.system import GPU_FIELD_NAMES, SYSTEM_FIELD_NAMES, GpuSpec, SystemSpec
 from paraplan.specs.training import SETTING_NAMES, TrainingSpec
+from paraplan.textfiles import load_yaml, read_text_file
 
 SYSTEM_FIELDS = SYSTEM_FIELD_NAMES - {"gpu"}
 GPU_FIELDS = GPU_FIELD_NAMES
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
+def read_yaml(path: str | Path, what: str = "") -> dict[str, Any]:
+    """A YAML file's top-level mapping (keys are text); `what` names the option in error lines."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = load_yaml(read_text_file(path, what), str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    bad_keys = [k for k in data if not isinstance(k, str)]
+    if bad_keys:
+        raise ConfigError(f"{path}: setting names must be text (got {', '.join(map(repr, bad_keys))})")
     return data
 
 
@@ -47,6 +46,8 @@ def system_from_file(path: str | Path, num_gpus: int | None = None) -> SystemSpe
     problems = unknown_name_problems(data, SYSTEM_FIELDS | GPU_FIELDS | {"gpu"}, "system field", str(path))
     gpu = data.get("gpu")
     n = num_gpus or data.get("num_gpus")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
+        problems.append(f"{path}: field 'num_gpus' must be an integer (got {n!r})")
     if gpu is None:
         problems.append(f"{path}: missing field 'gpu' (a preset name or a mapping of GPU fields)")
     if n is None:
@@ -60,7 +61,11 @@ def system_from_file(path: str | Path, num_gpus: int | None = None) -> SystemSpe
         bad = unknown_name_problems(gpu, GPU_FIELDS, "gpu field", str(path))
         if missing or bad:
             raise ConfigError([f"{path}: gpu mapping is missing '{k}'" for k in missing] + bad)
-        values = {k: gpu[k] for k in gpu}
+        values, bad = coerce_fields(GpuSpec, dict(gpu), f"{path}: gpu field")
+        links = {k: data[k] for k in ("gpus_per_node", "scale_up_gbps", "nic_gbps") if k in data}
+        own, bad_own = coerce_fields(SystemSpec, links, f"{path}: field")
+        if bad or bad_own:
+            raise ConfigError(bad + bad_own)
         values.setdefault("fp16_tflops", values["bf16_tflops"])
         values.setdefault("fp8_tflops", 0.0)
         values.setdefault("fp4_tflops", 0.0)
@@ -72,15 +77,18 @@ def system_from_file(path: str | Path, num_gpus: int | None = None) -> SystemSpe
         system = SystemSpec(
             gpu=GpuSpec(**values),
             num_gpus=int(n),
-            gpus_per_node=int(data["gpus_per_node"]),
-            scale_up_gbps=float(data["scale_up_gbps"]),
-            nic_gbps=float(data["nic_gbps"]),
+            gpus_per_node=own["gpus_per_node"],
+            scale_up_gbps=own["scale_up_gbps"],
+            nic_gbps=own["nic_gbps"],
             name=str(values["name"]),
         )
     else:
         raise ConfigError(f"{path}: field 'gpu' must be a preset name or a mapping")
     overrides = {k: v for k, v in data.items() if k not in ("gpu", "num_gpus")}
-    return system.with_overrides(**overrides)
+    try:
+        return system.with_overrides(**overrides)
+    except ConfigError as exc:
+        raise ConfigError([f"{path}: {p}" for p in exc.problems]) from None
 
 
 def training_from_file(path: str | Path, base: TrainingSpec | None = None) -> TrainingSpec:
@@ -89,7 +97,7 @@ def training_from_file(path: str | Path, base: TrainingSpec | None = None) -> Tr
     unknown = unknown_name_problems(data, SETTING_NAMES, "training setting", str(path))
     if unknown:
         raise ConfigError(unknown)
-    values = dict(data)
-    if values.get("pipeline_layout") is not None:
-        values["pipeline_layout"] = tuple(int(x) for x in values["pipeline_layout"])
-    return (base or TrainingSpec()).with_values(**values)
+    try:
+        return (base or TrainingSpec()).with_values(**data)
+    except ConfigError as exc:
+        raise ConfigError([f"{path}: {p}" for p in exc.problems]) from None

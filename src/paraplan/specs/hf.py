@@ -11,12 +11,12 @@ affects cost, so they are only checked for type.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from paraplan.errors import ConfigError
 from paraplan.specs.model import ModelSpec
+from paraplan.textfiles import load_json, read_text_file
 
 _SUPPORTED = {
     "llama": "llama",
@@ -50,12 +50,7 @@ def _require(cfg: dict[str, Any], path: Path, *keys: str) -> list[str]:
 
 def load_hf_config(path: str | Path) -> ModelSpec:
     path = Path(path)
-    try:
-        cfg = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"model config file not found: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    cfg = load_json(read_text_file(path, "model config"), str(path))
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: expected a JSON object at the top level")
     model_type = str(cfg.get("model_type", "")).lower()

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
-from paraplan.errors import ConfigError, reject_unknown_names
+from paraplan.errors import ConfigError, bound_problems, reject_unknown_names
+from paraplan.specs.fieldtypes import coerce_fields
 
 Activation = Literal["swiglu", "gelu", "squared_relu", "relu", "geglu"]
 Norm = Literal["rmsnorm", "layernorm"]
@@ -19,6 +20,10 @@ Position = Literal["rope", "learned", "alibi", "none"]
 # one decoder block per character. paraplan models these four; Megatron also has G (Gated DeltaNet), D (DeepSeek
 # sparse attention) and + (MLA), and "|" (pipeline stage boundaries, a training layout) and "/" (MTP patterns).
 MAMBA, ATTENTION, MLP, MOE = "M", "*", "-", "E"
+INF = float("inf")
+MAX_LAYERS = 10_000
+"""Most decoder layers accepted: the graph and the simulator walk each layer (the largest published models have
+about 100-200; a larger count is a typo that would make the tool work for minutes before anything is said)."""
 PATTERN_SYMBOLS = (MAMBA, ATTENTION, MLP, MOE)
 
 
@@ -114,7 +119,9 @@ class ModelSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
-        problems = []
+        problems = self._value_problems()
+        if problems:  # the shape rules below compare these values
+            raise ConfigError(problems)
         if self.linear_attention_freq < 0:
             problems.append(f"linear_attention_freq must be >= 0 (got {self.linear_attention_freq})")
         if self.dsa_indexer_n_heads and self.kv_lora_rank is None:
@@ -138,6 +145,36 @@ class ModelSpec:
                 problems.append("hybrid layer pattern has MoE layers (E) but the model has no experts")
         if problems:
             raise ConfigError(problems)
+
+    def _value_problems(self) -> list[str]:
+        """Sizes that must be positive (each is a divisor somewhere), and the layer count the tool walks."""
+        given = (
+            ("num_query_groups", self.num_query_groups),
+            ("kv_channels", self.kv_channels),
+            ("moe_ffn_hidden_size", self.moe_ffn_hidden_size),
+        )
+        optional = [(name, value, 1, INF) for name, value in given if value is not None]
+        problems = bound_problems(
+            [
+                ("num_layers", self.num_layers, 1, MAX_LAYERS),
+                ("hidden_size", self.hidden_size, 1, INF),
+                ("ffn_hidden_size", self.ffn_hidden_size, 1, INF),
+                ("num_attention_heads", self.num_attention_heads, 1, INF),
+                ("vocab_size", self.vocab_size, 1, INF),
+                ("num_experts", self.num_experts, 0, INF),
+                ("moe_router_topk", self.moe_router_topk, 0, INF),
+                ("moe_layer_freq", self.moe_layer_freq, 1, INF),
+                ("moe_first_k_dense", self.moe_first_k_dense, 0, INF),
+                ("mtp_num_layers", self.mtp_num_layers, 0, MAX_LAYERS),
+                *optional,
+            ],
+            "model",
+        )
+        if not problems and self.num_experts > 0 and not 1 <= self.moe_router_topk <= self.num_experts:
+            problems.append(
+                f"model moe_router_topk {self.moe_router_topk} must be between 1 and the {self.num_experts} experts"
+            )
+        return problems
 
     # ------------------------------------------------------------------ derived
     @property
@@ -242,7 +279,10 @@ class ModelSpec:
     def with_overrides(self, **values: object) -> ModelSpec:
         """Replace fields by name; None values are ignored; an unknown name is a ConfigError."""
         reject_unknown_names(values, MODEL_FIELD_NAMES, "model field")
-        return replace(self, **{k: v for k, v in values.items() if v is not None})
+        typed, problems = coerce_fields(ModelSpec, {k: v for k, v in values.items() if v is not None}, "model field")
+        if problems:
+            raise ConfigError(problems)
+        return replace(self, **typed)
 
 
 MODEL_FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(ModelSpec))

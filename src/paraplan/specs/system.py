@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 
-from paraplan.errors import reject_unknown_names
+from paraplan.errors import ConfigError, bound_problems, reject_unknown_names
+from paraplan.specs.fieldtypes import coerce_fields
 
 # Precision names (as in the measured data) -> the tensor-core peak they run on.
 PRECISION_PEAK_KEY: Mapping[str, str] = MappingProxyType(
@@ -21,6 +22,14 @@ PRECISION_PEAK_KEY: Mapping[str, str] = MappingProxyType(
         "nvfp4": "fp4",  # NVFP4 (Blackwell)
     }
 )
+
+
+INF = float("inf")
+TINY = 1e-9
+"""Bandwidths, capacities and the FP16 peak (every precision's fallback) must exceed this: each divides
+somewhere, and 0 or less is a typo."""
+MAX_GPUS = 2**24
+"""Most GPUs accepted (16.7 M, far above any cluster): group sizes and rank orders are built per GPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +47,23 @@ class GpuSpec:
     source: str = ""
     exp_tera_per_s: float = 0.0
     """Exponentials per second of the special-function units, 1e12 (attention's softmax; 0: not modelled)."""
+
+    def __post_init__(self) -> None:
+        problems = bound_problems(
+            [
+                ("fp16_tflops", self.fp16_tflops, TINY, INF),
+                ("bf16_tflops", self.bf16_tflops, 0, INF),
+                ("fp8_tflops", self.fp8_tflops, 0, INF),
+                ("fp4_tflops", self.fp4_tflops, 0, INF),
+                ("hbm_gib", self.hbm_gib, TINY, INF),
+                ("hbm_tbps", self.hbm_tbps, TINY, INF),
+                ("sm_count", self.sm_count, 1, INF),
+                ("exp_tera_per_s", self.exp_tera_per_s, 0, INF),
+            ],
+            f"GPU {self.name}:",
+        )
+        if problems:
+            raise ConfigError(problems)
 
     @property
     def peak_tflops(self) -> dict[str, float]:
@@ -76,6 +102,21 @@ class SystemSpec:
     nic_latency_us: float = 8.0
     name: str = ""
 
+    def __post_init__(self) -> None:
+        problems = bound_problems(
+            [
+                ("num_gpus", self.num_gpus, 0, MAX_GPUS),
+                ("gpus_per_node", self.gpus_per_node, 1, MAX_GPUS),
+                ("scale_up_gbps", self.scale_up_gbps, TINY, INF),
+                ("nic_gbps", self.nic_gbps, TINY, INF),
+                ("scale_up_latency_us", self.scale_up_latency_us, 0, INF),
+                ("nic_latency_us", self.nic_latency_us, 0, INF),
+            ],
+            "system",
+        )
+        if problems:
+            raise ConfigError(problems)
+
     @property
     def num_nodes(self) -> int:
         return -(-self.num_gpus // self.gpus_per_node)
@@ -92,8 +133,14 @@ class SystemSpec:
         """Replace SystemSpec and GpuSpec fields by name; None values are ignored; an unknown name is a
         ConfigError."""
         reject_unknown_names(values, SYSTEM_FIELD_NAMES | GPU_FIELD_NAMES, "system field")
-        own = {k: v for k, v in values.items() if k in SYSTEM_FIELD_NAMES and v is not None}
-        gpu_values = {k: v for k, v in values.items() if k in GPU_FIELD_NAMES and v is not None}
+        own, problems = coerce_fields(
+            SystemSpec, {k: v for k, v in values.items() if k in SYSTEM_FIELD_NAMES and v is not None}, "system field"
+        )
+        gpu_values, gpu_problems = coerce_fields(
+            GpuSpec, {k: v for k, v in values.items() if k in GPU_FIELD_NAMES and v is not None}, "gpu field"
+        )
+        if problems or gpu_problems:
+            raise ConfigError(problems + gpu_problems)
         gpu = replace(self.gpu, **gpu_values) if gpu_values else self.gpu
         return replace(self, **{"gpu": gpu, **own})
 

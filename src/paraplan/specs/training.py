@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
-from paraplan.errors import reject_unknown_names
+from paraplan.errors import ConfigError, reject_unknown_names
+from paraplan.specs.fieldtypes import coerce_fields
 from paraplan.specs.schedule import DEFAULT_SCHEDULE, SCHEDULES, PipelineSchedule
 from paraplan.specs.schedule import schedule as schedule_named
 
@@ -235,7 +236,10 @@ class TrainingSpec:
         neither is a ConfigError (with the closest valid name), never dropped."""
         reject_unknown_names(values, SETTING_NAMES, "training setting")
         canonical = {ALIASES.get(k, k): v for k, v in values.items() if v is not None}
-        return replace(self, **canonical)
+        typed, problems = coerce_fields(TrainingSpec, canonical, "training setting")
+        if problems:
+            raise ConfigError(problems)
+        return replace(self, **typed)
 
 
 TRAINING_FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(TrainingSpec))

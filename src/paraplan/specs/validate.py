@@ -67,6 +67,35 @@ def setting_problems(train: TrainingSpec) -> list[str]:
     return p
 
 
+MAX_MODEL_STAGES = 4096
+"""Most model stages pp x vpp accepted: the graph, the memory model and the simulator build each stage (the largest
+published runs use pp x vpp of a few hundred)."""
+MAX_PIPELINE_WORK = 2**20
+"""Most micro-batches x model stages accepted (1 M): the simulator and the memory model work per micro-batch and
+stage (gbs 1e7 on 8 GPUs took 5 GB, issue 34); published Megatron runs stay below a few hundred thousand (e.g.
+4096 micro-batches x pp 16 x vpp 4 = 262,144)."""
+
+
+def size_problems(train: TrainingSpec) -> list[str]:
+    """Sizes the tool works in proportion to, refused before the work (pp x vpp, micro-batches, layout)."""
+    p: list[str] = []
+    stages = train.pp * train.vpp
+    if stages > MAX_MODEL_STAGES:
+        p.append(
+            f"pp*vpp = {train.pp}*{train.vpp} = {stages} model stages is more than the {MAX_MODEL_STAGES} accepted"
+        )
+    elif train.data_parallel_size is not None and train.dp >= 1:
+        work = (train.gbs // (train.mbs * train.dp)) * stages
+        if work > MAX_PIPELINE_WORK:
+            p.append(
+                f"micro-batches x model stages = {train.gbs // (train.mbs * train.dp)} x {stages} = {work} is more "
+                f"than the {MAX_PIPELINE_WORK} the simulator plays (lower gbs or raise mbs)"
+            )
+    if train.pipeline_layout is not None and any(n < 0 for n in train.pipeline_layout):
+        p.append(f"pipeline layout layer counts must be >= 0 (got {','.join(map(str, train.pipeline_layout))})")
+    return p
+
+
 def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -> list[str]:
     """Return one line per violated rule, naming the rule and the numbers."""
     p: list[str] = []
@@ -78,6 +107,7 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"mbs, gbs and seq must be >= 1 (got mbs={train.mbs}, gbs={train.gbs}, seq={train.seq})")
     if system.num_gpus < 1:
         p.append(f"the GPU count must be >= 1 (got {system.num_gpus})")
+    p += size_problems(train)
     if p:
         return p
     world = tp * pp * cp * dp

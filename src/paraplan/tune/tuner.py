@@ -72,8 +72,8 @@ class TuneOptions:
             p.append(f"--top must be >= 1 (got {self.top_k})")
         if self.budget is not None and self.budget < 1:
             p.append(f"--budget must be >= 1 (got {self.budget})")
-        if self.time_limit_s is not None and self.time_limit_s <= 0:
-            p.append(f"--time-limit must be > 0 (got {self.time_limit_s})")
+        if self.time_limit_s is not None and not 0 < self.time_limit_s < float("inf"):  # NaN fails too: no limit
+            p.append(f"--time-limit must be a number of seconds > 0 (got {self.time_limit_s})")
         if self.workers is not None and self.workers < 1:
             p.append(f"--workers must be >= 1 (got {self.workers})")
         return p

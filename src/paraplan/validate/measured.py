@@ -7,6 +7,8 @@ each choice and where it comes from, and every row records which defaults it use
 from __future__ import annotations
 
 import csv
+import io
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import date
@@ -18,6 +20,7 @@ from paraplan.specs.presets import model_preset, system_preset, variant_on
 from paraplan.specs.schedule import megatron_schedule
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
+from paraplan.textfiles import read_text_file
 
 REQUIRED_COLUMNS = (
     "id", "source", "model", "arch", "num_layers", "hidden", "ffn_hidden", "num_heads", "seq_len", "gpu_preset",
@@ -121,9 +124,32 @@ class MeasuredRun:
     defaults_used: tuple[Assumption, ...] = field(default_factory=tuple)
 
 
-def _int(row: dict[str, str], key: str) -> int | None:
+def _cell_number(row: dict[str, str], key: str) -> float | None:
+    """A numeric cell (None when empty); anything else names the row, the column and the cell."""
     value = (row.get(key) or "").strip()
-    return int(float(value)) if value else None
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise ConfigError(f"row {row.get('id', '?')}: column {key} must be a number (got {value!r})")
+    return number
+
+
+def _int(row: dict[str, str], key: str) -> int | None:
+    number = _cell_number(row, key)
+    if number is not None and not number.is_integer():
+        raise ConfigError(f"row {row.get('id', '?')}: column {key} must be an integer (got {row[key].strip()!r})")
+    return None if number is None else int(number)
+
+
+def _measured_value(row: dict[str, str]) -> float:
+    value = _cell_number(row, "value")
+    if value is None or value <= 0:
+        raise ConfigError(f"row {row.get('id', '?')}: the measured value must be > 0 (got {row.get('value')!r})")
+    return value
 
 
 def _model_from_row(row: dict[str, str]) -> ModelSpec:
@@ -281,7 +307,7 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
     if _int(row, "gpus_per_node"):
         overrides["gpus_per_node"] = _int(row, "gpus_per_node")
     if (row.get("nic_gbps_per_gpu") or "").strip():
-        overrides["nic_gbps"] = float(row["nic_gbps_per_gpu"])
+        overrides["nic_gbps"] = _cell_number(row, "nic_gbps_per_gpu")
     system = system.with_overrides(**overrides)
     framework = row["framework"].strip()
     defaults = dict(FRAMEWORK_DEFAULTS.get(framework, {}))
@@ -314,7 +340,7 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
     if stated["recompute_granularity"]:
         values["recompute_granularity"] = stated["recompute_granularity"]
     if stated["zero_stage"]:
-        zero = int(stated["zero_stage"])
+        zero = _int(row, "zero") or 0
         values["zero_stage"] = zero
         if zero == 1:
             values["use_distributed_optimizer"] = True
@@ -354,7 +380,7 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
         id=row["id"],
         source=row["source"],
         metric=row["metric"].strip(),
-        value=float(row["value"]),
+        value=_measured_value(row),
         model=model,
         system=system,
         train=train,
@@ -364,16 +390,18 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
 
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a measured-runs CSV (UTF-8, a spreadsheet's byte-order mark accepted); cells are checked
+    row by row when projected (`run_from_row`), so one bad cell costs one row."""
     path = Path(path)
+    text = read_text_file(path, "--data")
     try:
-        with path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            missing = [c for c in REQUIRED_COLUMNS if c not in header]
-            if missing:
-                raise ConfigError(f"{path}: missing columns {', '.join(missing)}")
-            return list(reader)
-    except FileNotFoundError:
-        raise ConfigError(f"data file not found: {path}") from None
-    except (UnicodeDecodeError, csv.Error) as exc:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = [h.strip() for h in reader.fieldnames or []]
+        missing = [c for c in REQUIRED_COLUMNS if c not in header]
+        if missing:
+            raise ConfigError(f"{path}: missing columns {', '.join(missing)}")
+        reader.fieldnames = header
+        # a row longer than the header puts its extra cells under None; a shorter one leaves None values
+        return [{k: v or "" for k, v in row.items() if isinstance(k, str)} for row in reader]
+    except csv.Error as exc:
         raise ConfigError(f"{path}: not a readable CSV ({exc})") from None

@@ -20,6 +20,16 @@ from paraplan.validate.sources import MEMORY_METRIC, REPORT_ONLY_SOURCES, TIME_M
 Projector = Callable[[MeasuredRun], Projection]
 
 
+def _run_of(row: dict[str, str]) -> MeasuredRun:
+    """The row as a run; a cell the reader did not foresee costs this row only, with the reason."""
+    try:
+        return run_from_row(row)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
+        raise ConfigError(f"row {row.get('id', '?')}: cannot be read ({type(exc).__name__}: {exc})") from None
+
+
 @dataclass(frozen=True)
 class RowResult:
     id: str
@@ -312,7 +322,7 @@ def validate_rows(
         if source and row.get("source") != source:
             continue
         try:
-            run = run_from_row(row)
+            run = _run_of(row)
             if run.metric not in (*TIME_METRICS, MEMORY_METRIC):
                 raise ConfigError(f"unknown metric '{run.metric}'")
             proj = projector(run)
@@ -345,7 +355,12 @@ def validate_rows(
                 microbatches=run.train.num_microbatches,
                 cell=_cell_label(run),
                 cell_key=(run.source, run.model, run.system, any_batch),
-                depth_key=(run.source, replace(run.model, name="", num_layers=0), run.system, any_batch),
+                depth_key=(
+                    run.source,
+                    replace(run.model, name="", num_layers=1),
+                    run.system,
+                    any_batch,
+                ),  # the model but its depth
                 depth_cell=_depth_label(run),
                 layers_per_rank=_busiest_rank_layers(run),
             )
