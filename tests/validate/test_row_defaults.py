@@ -89,3 +89,34 @@ def test_gpt_row_without_ffn_kv_heads_or_precision_takes_the_architecture_defaul
         assert "ffn_hidden" in str(exc)
     else:
         raise AssertionError("a Llama row without its FFN size was projected")
+
+
+def test_validate_prints_the_era_it_assumed_and_takes_a_framework_version(public_csv) -> None:
+    from typer.testing import CliRunner
+
+    from paraplan.cli.main import app
+
+    runner = CliRunner()
+    args = ["validate", "--data", str(public_csv), "--source", "Korthikanti2022_Table5"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Framework defaults assumed, Korthikanti2022_Table5: Megatron-LM 2022-23" in " ".join(result.output.split())
+    bad = runner.invoke(app, [*args, "--framework-version", "core_r0.12"])
+    assert bad.exit_code == 2 and "framework version 'core_r0.12'" in bad.output
+
+
+def test_project_takes_the_defaults_of_a_named_release_and_maps_an_unknown_framework() -> None:
+    from typer.testing import CliRunner
+
+    from paraplan.cli.main import app
+
+    runner = CliRunner()
+    base = ["project", "--model", "llama3.1-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--gbs", "64", "--json"]
+    old = runner.invoke(app, [*base, "--framework", "megatron-lm", "--framework-version", "2020-09"])
+    assert old.exit_code == 0, old.output
+    assert "defaults of Megatron-LM 2020-21 papers" in " ".join(old.output.split())
+    stated = runner.invoke(app, [*base, "--framework-version", "2020-09", "--recompute", "none"])
+    assert stated.exit_code == 0 and "recompute_granularity=full" not in stated.output  # what the user set stays
+    primus = runner.invoke(app, [*base, "--framework", "primus"])
+    assert primus.exit_code == 0, primus.output
+    assert "projected as megatron-lm" in " ".join(primus.output.split())

@@ -193,6 +193,30 @@ def defaults_on(framework: str, day: date | None) -> DefaultsEra | None:
     return next((e for e in eras if e.holds(day)), eras[0])
 
 
+def resolve_rule(value: object, tp: int, precision: str) -> object:
+    """A setting's value for one run: the rules (`"tp>1"`, `"bf16"`, `"not fp16"`) resolved, other values as is."""
+    if value == "tp>1":
+        return tp > 1
+    if value == "bf16":  # on for bf16 training only
+        return precision == "bf16"
+    if value == "not fp16":  # on unless fp16 (bf16 and the 8/4-bit recipes, which run with --bf16)
+        return precision != "fp16"
+    return value
+
+
+def era_training_values(framework: str, day: date | None, tp: int, precision: str, moe: bool) -> dict[str, object]:
+    """The TrainingSpec values `framework`'s era on `day` gives a run with tensor parallelism `tp` and `precision`
+    (expert TP only for MoE models)."""
+    era = defaults_on(framework, day)
+    if era is None:
+        return {}
+    return {
+        key: resolve_rule(value, tp, precision)
+        for key, value in era.settings.items()
+        if moe or key != "expert_tensor_parallel_size"
+    }
+
+
 def parse_version(text: str) -> date:
     """A framework release as a date: an ISO date ("2024-06-01"), a month ("2024-06"), or a NeMo / Megatron-Bridge
     container release YY.MM ("24.07", "26.02": the month it was cut)."""

@@ -15,7 +15,7 @@ from datetime import date
 from pathlib import Path
 
 from paraplan.errors import ConfigError
-from paraplan.specs.frameworks import defaults_on, eras_of, framework_family
+from paraplan.specs.frameworks import defaults_on, eras_of, framework_family, resolve_rule
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.presets import model_preset, system_preset, variant_on
 from paraplan.specs.schedule import megatron_schedule
@@ -283,12 +283,7 @@ def run_from_row(row: dict[str, str], framework_version: date | None = None) -> 
     for key, value in defaults.items():
         if key in values:
             continue
-        if value == "tp>1":
-            value = tp > 1
-        elif value == "bf16":  # on for bf16 training only
-            value = values["precision"] == "bf16"
-        elif value == "not fp16":  # on unless fp16 (bf16 and the 8/4-bit recipes, which run with --bf16)
-            value = values["precision"] != "fp16"
+        value = resolve_rule(value, tp, str(values["precision"]))
         if key == "expert_tensor_parallel_size" and not model.is_moe:
             continue
         values[key] = value
