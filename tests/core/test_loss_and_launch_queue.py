@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import date
+
 import pytest
 
 import paraplan
@@ -12,9 +14,9 @@ from paraplan.graph import layers as L
 from paraplan.graph.backward import backward_ops
 from paraplan.graph.kernels import CROSS_ENTROPY_EAGER_KERNELS
 from paraplan.graph.ops import AttentionShape, GemmShape, Op, OpKind, Phase
+from paraplan.specs.frameworks import defaults_on
 from paraplan.specs.presets import model_preset, system_preset
 from paraplan.specs.training import TrainingSpec
-from paraplan.validate.measured import FRAMEWORK_DEFAULTS
 
 H100 = system_preset("h100-sxm5-80gb", 8)
 
@@ -38,8 +40,9 @@ def test_eager_loss_moves_four_times_the_fused_bytes_in_its_own_kernels() -> Non
 
 
 def test_recipes_fuse_the_loss_and_megatron_runs_it_eager() -> None:
-    assert FRAMEWORK_DEFAULTS["nemo-megatron"]["cross_entropy_fusion"] is True
-    assert "cross_entropy_fusion" not in FRAMEWORK_DEFAULTS["megatron-lm"]
+    assert defaults_on("nemo-megatron", None).settings["cross_entropy_fusion"] is True
+    for day in (None, date(2020, 9, 1), date(2025, 6, 1)):  # Megatron-LM leaves it off in every era
+        assert "cross_entropy_fusion" not in defaults_on("megatron-lm", day).settings
     assert TrainingSpec().cross_entropy_fusion is False  # Megatron-LM's own default
     kwargs = dict(gpus=8, tp=1, dp=8, mbs=1, gbs=64, seq=4096)
     eager = paraplan.project("llama3.1-8b", "h100-sxm5-80gb", **kwargs)

@@ -11,7 +11,9 @@ from rich.table import Table
 
 from paraplan.cli.common import console, handle_errors
 from paraplan.errors import ConfigError
+from paraplan.specs.frameworks import parse_version
 from paraplan.validate.measured import read_rows
+from paraplan.validate.sources import GENERALIZATION_SPLITS
 
 
 def calibrate(
@@ -20,9 +22,21 @@ def calibrate(
     max_evaluations: Annotated[int, typer.Option("--max-evaluations", help="objective evaluations per fit")] = 400,
     no_cv: Annotated[bool, typer.Option("--no-cv", help="fit once on all sources; skip the held-out fits")] = False,
     workers: Annotated[int, typer.Option("--workers", help="processes for the held-out fits")] = 1,
+    splits: Annotated[
+        str,
+        typer.Option(
+            "--splits",
+            help="generalization splits beside leave-one-source-out, comma-separated: gpu_generation, framework, "
+            "forward (fit on releases before --forward-from, score the later ones); 'none' for none",
+        ),
+    ] = "gpu_generation,framework,forward",
+    forward_from: Annotated[
+        str | None, typer.Option("--forward-from", help="the forward split's first release (YYYY-MM or YY.MM)")
+    ] = None,
 ) -> None:
     """Fit GEMM/attention efficiency per GPU family and host/step overheads per framework; print the
-    fitted and the leave-one-source-out (held-out) error per source."""
+    fitted and the leave-one-source-out (held-out) error per source, and the error of each generalization split
+    (a GPU generation, a framework, the later releases held out of the fit)."""
     problems = []  # checked before a fit that takes minutes, not after
     if max_evaluations < 1:
         problems.append(f"--max-evaluations must be >= 1 (got {max_evaluations})")
@@ -30,10 +44,26 @@ def calibrate(
         problems.append(f"--workers must be >= 1 (got {workers})")
     if out and not Path(out).resolve().parent.is_dir():
         problems.append(f"--out {out}: its folder does not exist")
+    chosen = [] if splits.strip() == "none" else [s.strip() for s in splits.split(",") if s.strip()]
+    problems += [f"--splits: unknown split '{s}' (choose from {', '.join(GENERALIZATION_SPLITS)})" for s in chosen
+                 if s not in GENERALIZATION_SPLITS]  # fmt: skip
+    day = None
+    if forward_from:
+        try:
+            day = parse_version(forward_from)
+        except ConfigError as exc:
+            problems.extend(f"--forward-from: {p}" for p in exc.problems)
     if problems:
         raise ConfigError(problems)
     try:
-        from paraplan.validate.calibrate import fit, leave_one_source_out, provenance_table, subsample
+        from paraplan.validate.calibrate import (
+            FORWARD_FROM,
+            fit,
+            generalization_splits,
+            leave_one_source_out,
+            provenance_table,
+            subsample,
+        )
     except ImportError as exc:  # scipy comes with the [fit] extra
         raise ConfigError(f"calibrate needs scipy (pip install 'paraplan[fit]'): {exc}") from None
     rows = read_rows(data)
@@ -43,7 +73,8 @@ def calibrate(
         console.print(f"fitted source-balanced MAPE (subsample): {result.train_mape_pct:.2f}%")
     else:
         cv = leave_one_source_out(rows, max_evaluations, workers)
-        table = provenance_table(cv, Path(data).name)
+        scores = generalization_splits(rows, chosen, max_evaluations, workers, day or FORWARD_FROM)
+        table = provenance_table(cv, Path(data).name, scores)
         grid = Table(title="calibration: error per source")
         grid.add_column("source")
         grid.add_column("fitted MAPE %", justify="right")
@@ -56,6 +87,14 @@ def calibrate(
             console.print(f"not fitted (report-only), {source}: step-time MAPE {mape:.1f}%")
         for source, mape in sorted(cv.memory.items()):
             console.print(f"not fitted (memory_gib), {source}: memory MAPE {mape:.1f}%")
+        for split, result in scores.items():
+            grid = Table(title=f"held out by {split}: source-balanced MAPE {result.mape_pct:.1f}%")
+            for col in ("held-out group", "MAPE %", "per source (MAPE %)"):
+                grid.add_column(col)
+            for group in sorted(result.held_out):
+                per = ", ".join(f"{s} {v['mape_pct']:.1f}" for s, v in sorted(result.held_out[group].items()))
+                grid.add_row(group, f"{result.group_mape_pct(group):.1f}", per)
+            console.print(grid)
     text = yaml.safe_dump(table, sort_keys=True)
     if out:
         Path(out).write_text(text)

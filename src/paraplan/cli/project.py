@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from typer.models import OptionInfo
 
 from paraplan.cli import reports
@@ -38,11 +39,13 @@ from paraplan.cli.formats import (
 )
 from paraplan.cli.printers import print_memory, print_projection, write_trace
 from paraplan.cli.spec_options import MODEL_OPTIONS, SYSTEM_OPTIONS, TRAINING_OPTIONS, spec_values
+from paraplan.errors import ConfigError
 from paraplan.formats import EMIT_FORMATS, canonical_format
 from paraplan.projection import ProjectionOptions, project_specs
+from paraplan.specs.frameworks import defaults_on, era_training_values, framework_family, parse_version
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.training import TrainingSpec
+from paraplan.specs.training import ALIASES, TrainingSpec
 from paraplan.specs.validate import resolve_dp
 
 Opt = typer.Option
@@ -103,6 +106,14 @@ def _projection_command(
     framework: Annotated[
         str | None,
         Opt("--framework", help="megatron-lm nemo-megatron megatron-deepspeed deepspeed llm-foundry torchtitan"),
+    ] = None,
+    framework_version: Annotated[
+        str | None,
+        Opt(
+            "--framework-version",
+            help="the framework release whose defaults fill unset settings: YYYY-MM, YYYY-MM-DD or YY.MM "
+            "(NeMo / Megatron-Bridge); default: today's (paraplan.specs.frameworks)",
+        ),
     ] = None,
     config_file: Annotated[str | None, Opt("--config", help="YAML file of training settings")] = None,
     # --- model fields
@@ -165,7 +176,15 @@ def _projection_command(
     params = ctx.params  # every option by parameter name; the tables say which spec field each one sets
     model_spec = model_with_config(cfg, model, spec_values(params, MODEL_OPTIONS))
     system = system_with_config(cfg, gpu, gpus, system_file, spec_values(params, SYSTEM_OPTIONS))
-    train = training_with_config(cfg, config_file, spec_values(params, TRAINING_OPTIONS))
+    train_values = spec_values(params, TRAINING_OPTIONS)
+    if train_values.get("framework"):  # a name outside paraplan's list: its family's runtime, with a warning
+        family = framework_family(str(train_values["framework"]))
+        if family.warning:
+            err_console.print(f"[yellow]note:[/] {escape(family.warning)}", highlight=False, soft_wrap=True)
+        train_values["framework"] = family.framework
+    train = training_with_config(cfg, config_file, dict(train_values))
+    if framework_version:
+        train = _with_release_defaults(train, train_values, framework_version, model_spec.is_moe, cfg, config_file)
     if vpp and vpp > 1 and schedule is None and train.pipeline_schedule == megatron_schedule(1).name:
         train = train.with_values(pipeline_schedule=megatron_schedule(vpp).name)  # as Megatron-LM picks it
     train = _default_global_batch(train, system, given=gbs is not None)
@@ -227,6 +246,31 @@ def _show_training_defaults(fn: Callable[..., Any]) -> None:
             shown = str(value).lower() if isinstance(value, bool) else value
             infos[0].help = f"{infos[0].help or ''} (default: {shown})".strip()
             fn.__annotations__[name] = hints[name]  # evaluated once, so typer reads this OptionInfo
+
+
+def _with_release_defaults(
+    train: TrainingSpec, given: dict[str, object], version: str, moe: bool, cfg: object, config_file: str | None
+) -> TrainingSpec:
+    """`train` with the defaults of its framework's release `version` (`paraplan.specs.frameworks`) in the settings
+    the options leave unset; says which it took."""
+    if cfg is not None or config_file:
+        raise ConfigError(
+            "--framework-version fills the settings a plan given by options leaves unset; a config file states its own"
+        )
+    day = parse_version(version)
+    era = defaults_on(train.framework, day)
+    if era is None:
+        raise ConfigError(f"--framework-version: no recorded defaults for framework '{train.framework}'")
+    stated = {ALIASES.get(k, k) for k, v in given.items() if v is not None}
+    values = era_training_values(train.framework, day, train.tp, train.precision, moe)
+    taken = {k: v for k, v in values.items() if k not in stated}
+    listed = ", ".join(f"{k}={v}" for k, v in taken.items())
+    err_console.print(
+        f"[yellow]note:[/] defaults of {escape(era.label)} ({escape(era.source)}): {escape(listed)}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return train.with_values(**taken)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +12,7 @@ from rich.table import Table
 from paraplan.cli import reports
 from paraplan.cli.common import console, handle_errors, json_text
 from paraplan.cost.calibration import fitted_table
+from paraplan.specs.frameworks import ERAS, parse_version
 from paraplan.validate.decompose import CellFit, by_source, cell_fits, depth_by_source, depth_fits
 from paraplan.validate.measured import read_rows
 from paraplan.validate.ranking import order_agreement, summary_line
@@ -44,6 +46,14 @@ def validate(
             "that differ only in the model's depth (with --rows: every such cell)",
         ),
     ] = False,
+    framework_version: Annotated[
+        str | None,
+        typer.Option(
+            "--framework-version",
+            help="the framework release whose defaults rows without a source date take: YYYY-MM, YYYY-MM-DD or "
+            "YY.MM (default: today's); dated rows keep their own era's",
+        ),
+    ] = None,
     html: reports.HtmlOpt = None,
     png: reports.PngOpt = None,
 ) -> None:
@@ -53,7 +63,8 @@ def validate(
         check_attribute(by)  # before the projections: a typo costs no wait
     rows = read_rows(data)
     projector = profile_projector(profile) if profile else None
-    result = validate_rows(rows, source, projector)
+    day = parse_version(framework_version) if framework_version else None
+    result = validate_rows(rows, source, projector, day)
     title = f"Validation against {Path(data).name}" + (f", source {source}" if source else "")
     reports.write("validate_report", html, png, result, title=title)
     fits = cell_fits(result.rows) if decompose else []
@@ -294,6 +305,8 @@ def _print(result: ValidationReport, show_rows: bool) -> None:
         for line in ranking_lines(result) + report_only_lines(result):
             console.print(line)
     _print_memory(result, show_rows)
+    for line in era_lines(result):
+        console.print(line, highlight=False, markup=False)
     if result.skipped:
         skipped = Table(title=f"rows not projected ({len(result.skipped)})")
         skipped.add_column("id")
@@ -301,6 +314,23 @@ def _print(result: ValidationReport, show_rows: bool) -> None:
         for row_id, reason in result.skipped:
             skipped.add_row(row_id, reason)
         console.print(skipped)
+
+
+def era_lines(result: ValidationReport) -> list[str]:
+    """Per source, the framework release whose defaults filled what it leaves out (`paraplan.specs.frameworks`), and
+    every framework name projected as its family: what validate assumed (`--rows` lists each setting)."""
+    labels = {era.label for era in ERAS}
+    eras: dict[str, set[str]] = defaultdict(set)
+    mapped: dict[str, set[str]] = defaultdict(set)
+    for r in [*result.rows, *result.memory_rows]:
+        for item in r.assumed:
+            if item.why.split(":")[0] in labels:
+                eras[r.source].add(item.why)
+            if item.key == "framework" and "not one paraplan knows" in item.why:
+                mapped[r.source].add(item.why)
+    lines = [f"Framework defaults assumed, {source}: {'; '.join(sorted(eras[source]))}." for source in sorted(eras)]
+    lines += [f"Warning, {source}: {'; '.join(sorted(mapped[source]))}." for source in sorted(mapped)]
+    return lines
 
 
 def register(app: typer.Typer) -> None:

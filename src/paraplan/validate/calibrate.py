@@ -19,10 +19,16 @@ from typing import Any
 from paraplan.cost.calibration import Calibration, calibration_for, family_of
 from paraplan.errors import ConfigError
 from paraplan.projection import ProjectionOptions, project_specs
-from paraplan.validate.measured import MeasuredRun, run_from_row
+from paraplan.validate.measured import MeasuredRun, release_date, run_from_row
 from paraplan.validate.ranking import GapBin, order_agreement
 from paraplan.validate.report import ValidationReport, validate_rows
-from paraplan.validate.sources import REPORT_ONLY_SOURCES, fitted_time_rows
+from paraplan.validate.sources import (
+    GENERALIZATION_SPLITS,
+    REPORT_ONLY_SOURCES,
+    fitted_time_rows,
+    is_fitted_source,
+    is_time_row,
+)
 
 # (constant, scope, lower bound, upper bound, prior width): the width is how far (in natural-log units) the
 # documented default is trusted. Efficiencies and the launch time per op are physical quantities whose
@@ -287,12 +293,130 @@ def source_scope(rows: list[dict[str, str]]) -> dict[str, dict[str, list[str]]]:
     return {source: {k: sorted(v) for k, v in parts.items()} for source, parts in sorted(scope.items())}
 
 
-def _held_out(args: tuple[list[dict[str, str]], str, int]) -> tuple[str, ValidationReport]:
-    rows, source, max_evaluations = args
-    train = subsample([r for r in rows if r["source"] != source])
-    test = [r for r in rows if r["source"] == source]
-    fitted = fit(train, max_evaluations)
-    return source, validate_rows(test, projector=_projector(fitted.table))
+# A held-out fit: fit on the first rows (subsampled), score the second with that fit.
+HeldOutJob = tuple[list[dict[str, str]], list[dict[str, str]], int]
+
+
+def _held_out(job: HeldOutJob) -> ValidationReport:
+    train, test, max_evaluations = job
+    fitted = fit(subsample(train), max_evaluations)
+    return validate_rows(test, projector=_projector(fitted.table))
+
+
+def _run_jobs(jobs: list[HeldOutJob], workers: int) -> list[ValidationReport]:
+    """The held-out fits, in a process pool when `workers` > 1."""
+    if workers > 1 and len(jobs) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(_held_out, jobs))
+    return list(map(_held_out, jobs))
+
+
+# The generalization splits of `paraplan calibrate` (issue 32): each holds a group of runs out of the fit and scores
+# it. "source": one publication at a time; "gpu_generation": one GPU family (`family_of`: Volta, Ampere, Hopper,
+# Blackwell, ...), its fitted constants fall back to their neighbours' or defaults; "framework": one framework's rows
+# (its per-framework constants stay at their documented defaults); "forward": the releases from `FORWARD_FROM` on,
+# fitted on those before it.
+SPLITS = ("source", *GENERALIZATION_SPLITS)
+# Megatron-Bridge 26.02 (February 2026) is the forward set: every fitted source is a release before 2026
+# (`validate.measured.release_date`; an undated row counts as before: vTrain MICRO'24, Megatron-LM's functional tests).
+FORWARD_FROM = date(2026, 1, 1)
+
+
+def _split_key(split: str, row: dict[str, str], run: MeasuredRun, forward_from: date) -> str:
+    if split == "source":
+        return run.source
+    if split == "gpu_generation":
+        return family_of(run.system.gpu.name)
+    if split == "framework":
+        return run.train.framework
+    if split == "forward":
+        day = release_date(row)
+        return f"from {forward_from.isoformat()}" if day and day >= forward_from else "before"
+    raise ConfigError(f"unknown split '{split}': choose from {', '.join(SPLITS)}")
+
+
+def split_jobs(
+    rows: list[dict[str, str]], split: str, max_evaluations: int, forward_from: date = FORWARD_FROM
+) -> list[tuple[str, HeldOutJob]]:
+    """(held-out group, job) of one split over the time rows of `rows`. Leave-one-out splits hold out each group of
+    the fitted rows in turn; the forward split fits on the rows before `forward_from` and scores every time row from
+    then on, report-only sources included (`fit` keeps those out of any fit)."""
+    every = [(row, run) for row, run in _projectable(rows) if is_time_row(row)]
+    keyed = [(_split_key(split, row, run, forward_from), row) for row, run in every]
+    if split == "forward":
+        test = [row for key, row in keyed if key != "before"]
+        train = [row for key, row in keyed if key == "before"]
+        return [(f"from {forward_from.isoformat()}", (train, test, max_evaluations))] if test and train else []
+    fitted = [(key, row) for key, row in keyed if is_fitted_source(row["source"])]
+    groups = sorted({key for key, _ in fitted})
+    return [
+        (group, ([r for k, r in fitted if k != group], [r for k, r in fitted if k == group], max_evaluations))
+        for group in groups
+    ]
+
+
+@dataclass(frozen=True)
+class SplitScores:
+    """One split's held-out error: per held-out group, each source's rows in it (count and MAPE)."""
+
+    split: str
+    held_out: dict[str, dict[str, dict[str, float]]]  # group -> source -> {"n", "mape_pct"}, fitted without the group
+
+    def group_mape_pct(self, group: str) -> float:
+        """A group's source-balanced MAPE."""
+        per = self.held_out[group]
+        return sum(v["mape_pct"] for v in per.values()) / len(per) if per else float("nan")
+
+    def per_source(self) -> dict[str, float]:
+        """Each source's MAPE over its rows, each scored in the fit that held its group out."""
+        total: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for per in self.held_out.values():
+            for source, v in per.items():
+                total[source][0] += v["n"]
+                total[source][1] += v["n"] * v["mape_pct"]
+        return {source: err / n for source, (n, err) in sorted(total.items()) if n}
+
+    @property
+    def mape_pct(self) -> float:
+        """Source-balanced MAPE over every held-out row (each row is held out once in a split)."""
+        per = self.per_source()
+        return sum(per.values()) / len(per) if per else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mape_pct": round(self.mape_pct, 2),
+            "per_source": {s: round(v, 2) for s, v in self.per_source().items()},
+            "groups": {
+                group: {
+                    "mape_pct": round(self.group_mape_pct(group), 2),
+                    "per_source": {s: round(v["mape_pct"], 2) for s, v in sorted(per.items())},
+                }
+                for group, per in sorted(self.held_out.items())
+            },
+        }
+
+
+def generalization_splits(
+    rows: list[dict[str, str]],
+    splits: Sequence[str] = SPLITS[1:],
+    max_evaluations: int = 400,
+    workers: int = 1,
+    forward_from: date = FORWARD_FROM,
+) -> dict[str, SplitScores]:
+    """Score each split's held-out groups (`split_jobs`), all held-out fits in one pool."""
+    for split in splits:
+        if split not in SPLITS:
+            raise ConfigError(f"unknown split '{split}': choose from {', '.join(SPLITS)}")
+    labelled = [
+        (split, group, job) for split in splits for group, job in split_jobs(rows, split, max_evaluations, forward_from)
+    ]
+    reports = _run_jobs([job for _, _, job in labelled], workers)
+    out: dict[str, SplitScores] = {split: SplitScores(split, {}) for split in splits}
+    for (split, group, _), report in zip(labelled, reports, strict=True):
+        out[split].held_out[group] = report.per_source()
+    return out
 
 
 def leave_one_source_out(rows: list[dict[str, str]], max_evaluations: int = 400, workers: int = 1) -> CrossValidation:
@@ -301,15 +425,9 @@ def leave_one_source_out(rows: list[dict[str, str]], max_evaluations: int = 400,
     `.memory`). `workers` > 1 runs the held-out fits in a process pool."""
     every = _complete(rows)
     rows = _complete(fitted_time_rows(every))
-    sources = sorted({r["source"] for r in rows})
-    jobs = [(rows, source, max_evaluations) for source in sources]
-    if workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            reports = dict(pool.map(_held_out, jobs))
-    else:
-        reports = dict(map(_held_out, jobs))
+    labelled = split_jobs(rows, "source", max_evaluations)
+    done = _run_jobs([job for _, job in labelled], workers)
+    reports = {source: report for (source, _), report in zip(labelled, done, strict=True)}
     held_out = {source: report.mape_pct for source, report in reports.items()}
     ranking = order_agreement(row for report in reports.values() for row in report.rows)
     final = fit(subsample(rows), max_evaluations)
@@ -343,7 +461,9 @@ def not_fitted_block(report_only: dict[str, float], memory: dict[str, float], da
     }
 
 
-def provenance_table(cv: CrossValidation, data_name: str) -> dict[str, Any]:
+def provenance_table(
+    cv: CrossValidation, data_name: str, splits: dict[str, SplitScores] | None = None
+) -> dict[str, Any]:
     table = dict(cv.final.table)
     table["source"] = (
         f"fitted by `paraplan calibrate` on {data_name} ({date.today().isoformat()}): Powell on the "
@@ -354,6 +474,8 @@ def provenance_table(cv: CrossValidation, data_name: str) -> dict[str, Any]:
     table["held_out_mape_pct"] = {k: round(v, 2) for k, v in cv.held_out.items()}
     table["fitted_mape_pct"] = {k: round(v, 2) for k, v in cv.fitted.items()}
     table["source_scope"] = cv.scope
+    if splits:
+        table["generalization_mape_pct"] = {split: scores.to_dict() for split, scores in splits.items()}
     if cv.report_only or cv.memory:
         table["not_fitted"] = not_fitted_block(cv.report_only, cv.memory, data_name)
     if cv.ranking:

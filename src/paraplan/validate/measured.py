@@ -1,7 +1,9 @@
 """Measured runs (the columns of shared/data/measured/public.csv) as paraplan specs.
 
-Where a row leaves a setting empty, the named framework's default applies; `FRAMEWORK_DEFAULTS` lists
-each choice and where it comes from, and every row records which defaults it used.
+Where a row leaves a setting empty, the named framework's default of the row's era applies
+(`paraplan.specs.frameworks`: each default with its release range and source); every row records which defaults it
+used. A framework name outside paraplan's list takes its family's (with a recorded warning); a GPT row without an FFN
+size or KV heads takes the architecture's (4h, MHA), a row without a precision bf16.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from datetime import date
 from pathlib import Path
 
 from paraplan.errors import ConfigError
+from paraplan.specs.frameworks import defaults_on, eras_of, framework_family, resolve_rule
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.presets import model_preset, system_preset, variant_on
 from paraplan.specs.schedule import megatron_schedule
@@ -26,70 +29,6 @@ REQUIRED_COLUMNS = (
     "id", "source", "model", "arch", "num_layers", "hidden", "ffn_hidden", "num_heads", "seq_len", "gpu_preset",
     "num_gpus", "tp", "pp", "mbs", "gbs", "precision", "framework", "metric", "value",
 )  # fmt: skip
-
-# What each framework does when a row does not say (documented choices, not fitted).
-FRAMEWORK_DEFAULTS: dict[str, dict[str, object]] = {
-    # Megatron-LM as used in the 2020-2022 papers: unfused core attention (fused softmax kernel; flash
-    # attention arrived in 2022-23), torch DDP with overlapped bucketed all-reduce, no distributed optimizer.
-    "megatron-lm": {
-        "attention_backend": "unfused",
-        "overlap_grad_reduce": True,
-        "sequence_parallel": False,
-        "recompute_granularity": "full",
-        # `--accumulate-allreduce-grads-in-fp32` was off by default (forced on for bf16): fp16 gradients
-        # are all-reduced in fp16 (Megatron-LM arguments.py, 2020-2022)
-        "grad_reduce_in_fp32": "bf16",
-    },
-    # Megatron-DeepSpeed as run by vTrain (MICRO'24): unfused attention, 1F1B, no gradient bucketing
-    # (grad all-reduce after the backward, not overlapped).
-    "megatron-deepspeed": {
-        "attention_backend": "unfused",
-        "overlap_grad_reduce": False,
-        "sequence_parallel": False,
-        "recompute_granularity": "full",
-        "grad_reduce_in_fp32": "bf16",  # Megatron-DeepSpeed keeps Megatron's flag, off by default (as above)
-    },
-    # NeMo 24.07 / Megatron-Bridge 25.11 performance recipes (scripts/performance): flash attention (TE),
-    # distributed optimizer with overlapped grad reduce-scatter and param all-gather, sequence parallel
-    # whenever tp > 1, TP communication overlap (userbuffers) on, no activation recompute, expert TP 1 for MoE,
-    # embedding and loss accounted in the pipeline split when the layers do not divide.
-    "nemo-megatron": {
-        "attention_backend": "flash",
-        "use_distributed_optimizer": True,
-        "overlap_grad_reduce": True,
-        "overlap_param_gather": True,
-        "sequence_parallel": "tp>1",
-        "tp_comm_overlap": "tp>1",
-        "recompute_granularity": "none",
-        "expert_tensor_parallel_size": 1,
-        "cross_entropy_fusion": True,  # the recipes set cross_entropy_loss_fusion
-        # the performance scripts reduce gradients in bf16, so the grad buffer is bf16 too (nemo-toolkit 2.5.0
-        # scripts/performance/helpers.py `set_precision_configs`: `grad_reduce_in_fp32 = False` for every
-        # compute dtype); the 24.07 rows' launcher configurations are not in the released packages: the same
-        "grad_reduce_in_fp32": False,
-        # MoE tokens: the alltoall dispatcher (TrainingSpec's default). megatron-bridge 0.3.1's recipes name DeepEP
-        # for Qwen3 MoE and HybridEP for DeepSeek-V3 (`moe_flex_dispatcher_backend`, applied on the GPUs that
-        # `apply_flex_dispatcher_backend` allows), but the performance scripts behind the 25.11 rows are not
-        # released. Run with the flex dispatcher, those 9 rows refitted to 5.51% source-balanced (5.54%) yet
-        # 8.9% held out (8.59%; Megatron-Bridge 15.0% from 13.9%, NeMo 6.6% from 5.2%), so they keep alltoall.
-    },
-    # DeepSpeed: gradients are reduced in the training dtype under fp16 (config `fp32_allreduce`, off by default;
-    # `communication_data_type` follows the regime). Megatron-LM rows with ZeRO-3 (SC21 Table 2) switch to this
-    # framework but keep Megatron-LM's defaults (its model code), which resolve the same.
-    "deepspeed": {
-        "grad_reduce_in_fp32": "bf16",
-    },
-    # llm-foundry (MosaicML): FSDP FULL_SHARD with prefetch, flash attention, bf16 mixed precision
-    # (FSDP `mixed_precision: DEFAULT`: bf16 parameters, fp32 gradient reduction).
-    "llm-foundry": {
-        "attention_backend": "flash",
-        "fsdp": True,
-        "zero_stage": 3,
-        "sequence_parallel": False,
-        "recompute_granularity": "none",
-        "cross_entropy_fusion": True,  # torch F.cross_entropy: one log-softmax kernel, not Megatron's eager chain
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -240,20 +179,6 @@ def _source_date(row: dict[str, str]) -> date | None:
         return None
 
 
-# Megatron-LM overlaps the backward's tensor-parallel all-reduce with the weight-gradient GEMM from late 2021
-# (`--async-tensor-model-parallel-allreduce`, on by default; Korthikanti et al. 2022 build sequence parallelism's
-# asynchronous reduce-scatter on it); the runs of the 2020 and 2021 papers predate it.
-MEGATRON_ASYNC_TP_FROM = date(2022, 1, 1)
-
-
-def _async_tp(row: dict[str, str]) -> list[Assumption]:
-    """Megatron-LM rows older than its asynchronous backward TP collective: the stream waits for them."""
-    on = _source_date(row)
-    if row["framework"].strip() != "megatron-lm" or on is None or on >= MEGATRON_ASYNC_TP_FROM:
-        return []
-    return [Assumption("tp_async_backward", "False", f"Megatron-LM before {MEGATRON_ASYNC_TP_FROM:%Y}")]
-
-
 def _gpu_preset(row: dict[str, str]) -> tuple[str, list[Assumption]]:
     """The row's GPU preset, or the variant of its chip that existed on the source's date (`variant_on`)."""
     name = row["gpu_preset"].strip()
@@ -286,16 +211,56 @@ def _megatron_fsdp(row: dict[str, str]) -> bool:
     return "megatron_fsdp" in (row.get("fsdp") or "").strip().lower()
 
 
-def run_from_row(row: dict[str, str]) -> MeasuredRun:
+# Architectures whose unstated FFN size and KV heads have one default: the GPT block (GPT-2/3, Megatron's GPT,
+# llm-foundry's MPT) has an MLP of 4 x hidden (Radford et al. 2019; Megatron-LM `--ffn-hidden-size` defaults to
+# 4 * hidden-size) and multi-head attention (`--num-query-groups` unset). Llama-style models have no such rule.
+GPT_LIKE_ARCHS = ("gpt", "other", "mpt")
+DEFAULT_PRECISION = "bf16"  # mixed precision of every framework's current recipes (Megatron-core, NeMo, torchtitan)
+
+
+def _shape_fill(row: dict[str, str]) -> tuple[dict[str, str], list[Assumption]]:
+    """What the architecture and today's practice say for fields a row leaves empty: a GPT-like row's FFN size (4h)
+    and KV heads (MHA), and the precision (bf16)."""
+    fill: dict[str, str] = {}
+    used: list[Assumption] = []
+    gpt_like = (row.get("arch") or "").strip().lower() in GPT_LIKE_ARCHS
+    preset = (row.get("model_preset") or "").strip()
+    hidden = _int(row, "hidden")
+    if gpt_like and not preset and hidden and not (row.get("ffn_hidden") or "").strip():
+        fill["ffn_hidden"] = str(4 * hidden)
+        used.append(Assumption("ffn_hidden", str(4 * hidden), "GPT block: 4 x hidden"))
+    if gpt_like and not preset and _int(row, "num_heads") and not (row.get("num_kv_heads") or "").strip():
+        fill["num_kv_heads"] = str(_int(row, "num_heads"))
+        used.append(Assumption("num_kv_heads", str(_int(row, "num_heads")), "GPT block: multi-head attention"))
+    if not (row.get("precision") or "").strip():
+        fill["precision"] = DEFAULT_PRECISION
+        used.append(Assumption("precision", DEFAULT_PRECISION, "not stated: current mixed-precision default"))
+    return fill, used
+
+
+def release_date(row: dict[str, str]) -> date | None:
+    """The release a row's run used: a NeMo / Megatron-Bridge container release YY.MM named in its source
+    ("MegatronBridge_perf_summary_26.02": February 2026), else the source's own date (`_source_date`)."""
+    named = re.search(r"_(\d{2})\.(\d{2})$", (row.get("source") or "").strip())
+    if named and 1 <= int(named.group(2)) <= 12:
+        return date(2000 + int(named.group(1)), int(named.group(2)), 1)
+    return _source_date(row)
+
+
+def run_from_row(row: dict[str, str], framework_version: date | None = None) -> MeasuredRun:
+    """The row as specs. `framework_version`: the release whose defaults an undated row takes (the current one when
+    None); a dated row takes its own era's."""
     fill, used = _batch_fill(row)
-    missing = [c for c in REQUIRED_COLUMNS if not ({**row, **fill}.get(c) or "").strip()]
+    shape_fill, shape_used = _shape_fill({**row, **fill})
+    missing = [c for c in REQUIRED_COLUMNS if not ({**row, **fill, **shape_fill}.get(c) or "").strip()]
     incomplete = (row.get("complete") or "1").strip() == "0"
     if incomplete and not fill:
         # the source marks the row incomplete; projected only when the framework's defaults fill what it leaves out
         missing.append("complete=0 (the source leaves fields a projection needs unstated)")
     if missing:
         raise ConfigError(f"row {row.get('id', '?')}: missing {', '.join(missing)}")
-    row = {**row, **fill}
+    row = {**row, **fill, **shape_fill}
+    used.extend(shape_used)
     if incomplete:
         used.append(Assumption("projected although the source marks the row incomplete"))
     model = _model_from_row(row)
@@ -309,8 +274,16 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
     if (row.get("nic_gbps_per_gpu") or "").strip():
         overrides["nic_gbps"] = _cell_number(row, "nic_gbps_per_gpu")
     system = system.with_overrides(**overrides)
-    framework = row["framework"].strip()
-    defaults = dict(FRAMEWORK_DEFAULTS.get(framework, {}))
+    family = framework_family(row["framework"])
+    framework = family.framework
+    if family.warning:
+        used.append(Assumption("framework", framework, family.warning))
+    on = release_date(row)
+    era = defaults_on(framework, on or framework_version)
+    defaults = dict(era.settings) if era else {}
+    era_why = era.label if era else ""
+    if era and not (on or framework_version) and len(eras_of(framework)) > 1:
+        era_why += ": no source date, the current release"
     tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
     vpp = _int(row, "vpp") or 1
     values: dict[str, object] = {
@@ -352,23 +325,17 @@ def run_from_row(row: dict[str, str]) -> MeasuredRun:
                 # names Megatron's own FSDP (`--use-megatron-fsdp`, functional tests) stays Megatron-LM
                 values["framework"] = "deepspeed"
                 used.append(Assumption("framework", "deepspeed", "ZeRO-3 runs in Megatron-LM papers use DeepSpeed"))
-        # zero 0 under nemo-megatron keeps the recipes' distributed optimizer (FRAMEWORK_DEFAULTS)
+        # zero 0 under nemo-megatron keeps the recipes' distributed optimizer (`paraplan.specs.frameworks`)
     for key, value in defaults.items():
         if key in values:
             continue
-        if value == "tp>1":
-            value = tp > 1
-        elif value == "bf16":  # on for bf16 training only
-            value = values["precision"] == "bf16"
+        value = resolve_rule(value, tp, str(values["precision"]))
         if key == "expert_tensor_parallel_size" and not model.is_moe:
             continue
         values[key] = value
-        used.append(Assumption(key, str(value)))
+        used.append(Assumption(key, str(value), era_why))
     if values.get("fsdp"):
         values.pop("use_distributed_optimizer", None)
-    for item in _async_tp(row):
-        values[item.key] = False
-        used.append(item)
     chunks = vpp if vpp > 1 else 1
     recipe_model = (row.get("model_preset") or "").strip() if framework == "nemo-megatron" else ""
     split = _pipeline_split(model, pp, chunks, recipe_model)

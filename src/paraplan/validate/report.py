@@ -6,6 +6,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from datetime import date
 
 from paraplan.errors import ConfigError
 from paraplan.graph.partition import pipeline_split, split_stages
@@ -20,10 +21,10 @@ from paraplan.validate.sources import MEMORY_METRIC, REPORT_ONLY_SOURCES, TIME_M
 Projector = Callable[[MeasuredRun], Projection]
 
 
-def _run_of(row: dict[str, str]) -> MeasuredRun:
+def _run_of(row: dict[str, str], framework_version: date | None = None) -> MeasuredRun:
     """The row as a run; a cell the reader did not foresee costs this row only, with the reason."""
     try:
-        return run_from_row(row)
+        return run_from_row(row, framework_version)
     except ConfigError:
         raise
     except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
@@ -308,8 +309,13 @@ def _scale(num_gpus: int, gpus_per_node: int) -> str:
 
 
 def validate_rows(
-    rows: list[dict[str, str]], source: str | None = None, projector: Projector | None = None
+    rows: list[dict[str, str]],
+    source: str | None = None,
+    projector: Projector | None = None,
+    framework_version: date | None = None,
 ) -> ValidationReport:
+    """Project every row (of `source`, when given) and score it; `framework_version`: the release whose defaults the
+    rows without a source date take (`validate.measured.run_from_row`)."""
     projector = projector or default_projector()
     if source and not any(row.get("source") == source for row in rows):
         known = sorted({row.get("source", "") for row in rows} - {""})
@@ -322,7 +328,7 @@ def validate_rows(
         if source and row.get("source") != source:
             continue
         try:
-            run = _run_of(row)
+            run = _run_of(row, framework_version)
             if run.metric not in (*TIME_METRICS, MEMORY_METRIC):
                 raise ConfigError(f"unknown metric '{run.metric}'")
             proj = projector(run)

@@ -28,3 +28,7 @@ def is_fitted_source(source: str) -> bool:
 def fitted_time_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     """The rows a calibration may fit on (before its completeness filter): time rows of non-report-only sources."""
     return [row for row in rows if is_time_row(row) and is_fitted_source(row.get("source", ""))]
+
+
+# `paraplan calibrate`'s generalization splits beside leave-one-source-out (`validate.calibrate.split_jobs`)
+GENERALIZATION_SPLITS = ("gpu_generation", "framework", "forward")

@@ -1,0 +1,272 @@
+"""What each training framework does when a run leaves a setting unstated, by release, and the family a framework
+name outside paraplan's list belongs to.
+
+Frameworks change their defaults across releases (Megatron-LM: unfused attention and the papers' full recompute in
+2020-21, TransformerEngine's fused attention and no recompute today), so a default belongs to a framework and a
+date range: `defaults_on(framework, day)` picks the era that holds `day` (a run's source date, or the release the
+user names with `--framework-version`); an undated run takes the current era. Values are TrainingSpec fields, or
+a rule the reader resolves against the run (`"tp>1"`: on when tensor parallelism is; `"bf16"`: on for bf16 training;
+`"not fp16"`: on unless the run trains in fp16).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+from types import MappingProxyType
+
+from paraplan.errors import ConfigError
+from paraplan.specs.training import FRAMEWORKS
+
+
+@dataclass(frozen=True)
+class DefaultsEra:
+    """One framework's defaults over a date range [since, until) (None: open)."""
+
+    framework: str
+    label: str  # shown with every setting a run takes from it ("Megatron-LM 2020-21 papers")
+    since: date | None
+    until: date | None
+    settings: Mapping[str, object]
+    source: str
+
+    def holds(self, day: date) -> bool:
+        return (self.since is None or self.since <= day) and (self.until is None or day < self.until)
+
+
+def _era(framework: str, label: str, since: date | None, until: date | None, source: str, **settings: object):
+    return DefaultsEra(framework, label, since, until, MappingProxyType(dict(settings)), source)
+
+
+# Megatron-LM's async backward TP collective (`--async-tensor-model-parallel-allreduce`, on by default) from late
+# 2021; Korthikanti et al. 2022 build sequence parallelism's asynchronous reduce-scatter on it.
+MEGATRON_ASYNC_TP_FROM = date(2022, 1, 1)
+# Megatron-LM's transformer layer from TransformerEngine (`--transformer-impl transformer_engine`, the default of
+# Megatron-core's 2024 releases; `--attention-backend auto` later), whose DotProductAttention runs flash / cuDNN fused
+# attention; no activation recompute unless `--recompute-granularity` is given. The papers' era before it.
+MEGATRON_CORE_FROM = date(2024, 1, 1)
+
+_MEGATRON_PAPERS = dict(
+    # unfused core attention (fused softmax kernel; flash attention arrived in 2022-23), torch DDP with overlapped
+    # bucketed all-reduce, no distributed optimizer, full recompute as the papers' scripts ran it
+    # (examples/academic_paper_scripts/sc21, `--checkpoint-activations`)
+    attention_backend="unfused",
+    overlap_grad_reduce=True,
+    sequence_parallel=False,
+    recompute_granularity="full",
+    # `--accumulate-allreduce-grads-in-fp32` was off by default (forced on for bf16): fp16 gradients are all-reduced
+    # in fp16 (Megatron-LM arguments.py, 2020-2022)
+    grad_reduce_in_fp32="bf16",
+)
+
+ERAS: tuple[DefaultsEra, ...] = (
+    _era(
+        "megatron-lm",
+        "Megatron-LM 2020-21 papers",
+        None,
+        MEGATRON_ASYNC_TP_FROM,
+        "Megatron-LM README 2020, SC21 scripts; backward TP collective not yet asynchronous",
+        **_MEGATRON_PAPERS,
+        tp_async_backward=False,
+    ),
+    _era(
+        "megatron-lm",
+        "Megatron-LM 2022-23",
+        MEGATRON_ASYNC_TP_FROM,
+        MEGATRON_CORE_FROM,
+        "Korthikanti et al. 2022 scripts; `--async-tensor-model-parallel-allreduce` on by default",
+        **_MEGATRON_PAPERS,
+    ),
+    _era(
+        # Megatron-core's arguments.py (2024-): `--use-distributed-optimizer`, `--overlap-grad-reduce`,
+        # `--overlap-param-gather`, `--sequence-parallel`, `--tp-comm-overlap` and `--cross-entropy-loss-fusion`
+        # all off unless given; `--recompute-granularity` None; bf16 (and fp8, which runs with --bf16) forces
+        # fp32 gradient accumulation and reduction unless `--grad-reduce-in-bf16`
+        "megatron-lm",
+        "Megatron-core 2024-",
+        MEGATRON_CORE_FROM,
+        None,
+        "Megatron-LM megatron/training/arguments.py (2024-25 releases)",
+        attention_backend="flash",
+        overlap_grad_reduce=False,
+        sequence_parallel=False,
+        recompute_granularity="none",
+        grad_reduce_in_fp32="not fp16",
+    ),
+    _era(
+        # Megatron-DeepSpeed as run by vTrain (MICRO'24): unfused attention, 1F1B, no gradient bucketing (grad
+        # all-reduce after the backward, not overlapped); Megatron's `--accumulate-allreduce-grads-in-fp32` as above
+        "megatron-deepspeed",
+        "Megatron-DeepSpeed",
+        None,
+        None,
+        "vTrain (MICRO'24) scripts",
+        attention_backend="unfused",
+        overlap_grad_reduce=False,
+        sequence_parallel=False,
+        recompute_granularity="full",
+        grad_reduce_in_fp32="bf16",
+    ),
+    _era(
+        # NeMo 24.07 / Megatron-Bridge 25.11 performance recipes (scripts/performance): flash attention (TE),
+        # distributed optimizer with overlapped grad reduce-scatter and param all-gather, sequence parallel whenever
+        # tp > 1, TP communication overlap (userbuffers) on, no activation recompute, expert TP 1 for MoE,
+        # cross_entropy_loss_fusion on. Gradients reduced in bf16 (nemo-toolkit 2.5.0 scripts/performance/helpers.py
+        # `set_precision_configs`: `grad_reduce_in_fp32 = False` for every compute dtype). MoE tokens: the alltoall
+        # dispatcher (TrainingSpec's default); megatron-bridge 0.3.1's recipes name DeepEP / HybridEP, but the
+        # performance scripts behind the 25.11 rows are not released: run with the flex dispatcher those 9 rows
+        # refitted to 5.51% source-balanced (5.54%) yet 8.9% held out (8.59%), so they keep alltoall.
+        "nemo-megatron",
+        "NeMo 2 / Megatron-Bridge recipes",
+        None,
+        None,
+        "NeMo 24.07 and Megatron-Bridge 25.11 scripts/performance",
+        attention_backend="flash",
+        use_distributed_optimizer=True,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+        sequence_parallel="tp>1",
+        tp_comm_overlap="tp>1",
+        recompute_granularity="none",
+        expert_tensor_parallel_size=1,
+        cross_entropy_fusion=True,
+        grad_reduce_in_fp32=False,
+    ),
+    _era(
+        # DeepSpeed: gradients are reduced in the training dtype under fp16 (config `fp32_allreduce`, off by default)
+        "deepspeed",
+        "DeepSpeed",
+        None,
+        None,
+        "DeepSpeed config docs (`fp32_allreduce`)",
+        grad_reduce_in_fp32="bf16",
+    ),
+    _era(
+        # llm-foundry (MosaicML): FSDP FULL_SHARD with prefetch, flash attention, bf16 mixed precision (FSDP
+        # `mixed_precision: DEFAULT`: bf16 parameters, fp32 gradient reduction); torch F.cross_entropy is one
+        # log-softmax kernel, not Megatron's eager chain
+        "llm-foundry",
+        "llm-foundry",
+        None,
+        None,
+        "llm-foundry scripts/train/yamls, MPT benchmarks README",
+        attention_backend="flash",
+        fsdp=True,
+        zero_stage=3,
+        sequence_parallel=False,
+        recompute_granularity="none",
+        cross_entropy_fusion=True,
+    ),
+    _era(
+        # torchtitan: FSDP2 FULL_SHARD, SDPA flash attention, `activation_checkpoint.mode = "selective"`, sequence
+        # parallel in its TP plan, torch cross-entropy (torchtitan config_manager.py, train_configs/*.toml, 2024-25)
+        "torchtitan",
+        "torchtitan",
+        None,
+        None,
+        "torchtitan torchtitan/config_manager.py (2024-25)",
+        attention_backend="flash",
+        fsdp=True,
+        zero_stage=3,
+        sequence_parallel="tp>1",
+        recompute_granularity="selective",
+        cross_entropy_fusion=True,
+    ),
+)
+
+
+def eras_of(framework: str) -> list[DefaultsEra]:
+    """`framework`'s eras, oldest first."""
+    return sorted((e for e in ERAS if e.framework == framework), key=lambda e: e.since or date.min)
+
+
+def defaults_on(framework: str, day: date | None) -> DefaultsEra | None:
+    """The era of `framework`'s defaults that holds on `day` (the latest when `day` is None; the earliest when `day`
+    precedes them all); None for a framework without recorded defaults."""
+    eras = eras_of(framework)
+    if not eras:
+        return None
+    if day is None:
+        return eras[-1]
+    return next((e for e in eras if e.holds(day)), eras[0])
+
+
+def resolve_rule(value: object, tp: int, precision: str) -> object:
+    """A setting's value for one run: the rules (`"tp>1"`, `"bf16"`, `"not fp16"`) resolved, other values as is."""
+    if value == "tp>1":
+        return tp > 1
+    if value == "bf16":  # on for bf16 training only
+        return precision == "bf16"
+    if value == "not fp16":  # on unless fp16 (bf16 and the 8/4-bit recipes, which run with --bf16)
+        return precision != "fp16"
+    return value
+
+
+def era_training_values(framework: str, day: date | None, tp: int, precision: str, moe: bool) -> dict[str, object]:
+    """The TrainingSpec values `framework`'s era on `day` gives a run with tensor parallelism `tp` and `precision`
+    (expert TP only for MoE models)."""
+    era = defaults_on(framework, day)
+    if era is None:
+        return {}
+    return {
+        key: resolve_rule(value, tp, precision)
+        for key, value in era.settings.items()
+        if moe or key != "expert_tensor_parallel_size"
+    }
+
+
+def parse_version(text: str) -> date:
+    """A framework release as a date: an ISO date ("2024-06-01"), a month ("2024-06"), or a NeMo / Megatron-Bridge
+    container release YY.MM ("24.07", "26.02": the month it was cut)."""
+    text = text.strip()
+    if m := re.fullmatch(r"(\d{4})-(\d{2})(?:-(\d{2}))?", text):
+        try:
+            return date(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1))
+        except ValueError:
+            pass
+    elif (m := re.fullmatch(r"(\d{2})\.(\d{2})(?:\.\d+)?", text)) and 1 <= int(m.group(2)) <= 12:
+        return date(2000 + int(m.group(1)), int(m.group(2)), 1)
+    raise ConfigError(
+        f"framework version '{text}': give a release date (YYYY-MM or YYYY-MM-DD) or a NeMo / Megatron-Bridge "
+        "release (YY.MM, e.g. 24.07)"
+    )
+
+
+# Framework names outside FRAMEWORKS -> the family whose runtime and defaults they share, by a word in the name,
+# first match wins. Primus (AMD) runs Megatron-LM or torchtitan backends; NeMo AutoModel runs HuggingFace models on
+# torch FSDP2 (as torchtitan does); NeMo and Megatron-Bridge run Megatron-core with the performance recipes.
+FAMILY_PATTERNS: tuple[tuple[str, str, str], ...] = (
+    (r"torchtitan", "torchtitan", "torchtitan backend"),
+    (r"automodel", "torchtitan", "NeMo AutoModel: HuggingFace models on torch FSDP2"),
+    (r"nemo|bridge", "nemo-megatron", "Megatron-core under NeMo / Megatron-Bridge recipes"),
+    (r"megatron.*deepspeed|deepspeed.*megatron", "megatron-deepspeed", "Megatron-DeepSpeed"),
+    (r"deepspeed", "deepspeed", "DeepSpeed"),
+    (r"megatron|primus|mcore", "megatron-lm", "Megatron-core based"),
+    (r"foundry|composer|mosaic", "llm-foundry", "MosaicML Composer FSDP"),
+    (r"fsdp|torch|pytorch|accelerate|transformers|hf|huggingface|lightning", "torchtitan", "torch FSDP trainer"),
+)
+
+
+@dataclass(frozen=True)
+class FrameworkFamily:
+    framework: str  # a name in FRAMEWORKS
+    warning: str = ""  # why it stands for the name given ("" when the name is known)
+
+
+def framework_family(name: str) -> FrameworkFamily:
+    """The known framework that `name` stands for. An unknown name maps to its family with a warning; a name of no
+    family is refused (ConfigError naming the families)."""
+    key = name.strip().lower()
+    if key in FRAMEWORKS:
+        return FrameworkFamily(key)
+    for pattern, family, what in FAMILY_PATTERNS:
+        if re.search(pattern, key):
+            return FrameworkFamily(
+                family, f"framework '{name}' is not one paraplan knows: projected as {family} ({what})"
+            )
+    raise ConfigError(
+        f"unknown framework '{name}': no family matches it; name one of {', '.join(FRAMEWORKS)}, or a Megatron-based, "
+        "DeepSpeed or torch FSDP trainer"
+    )
