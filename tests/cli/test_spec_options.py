@@ -13,7 +13,7 @@ from paraplan.specs.training import TrainingSpec
 NOT_SPEC_SETTINGS = {
     "ctx", "model", "gpu", "gpus", "config_file", "system_file", "as_json", "trace", "profile", "analytic",
     "megatron_args", "from_config", "config_format", "emit_format", "emit_file", "chakra", "html", "png", "hybrid",
-    "device", "hybrid_cache",
+    "device", "hybrid_cache", "framework_version",
 }  # fmt: skip
 """Options of `project` that choose inputs, outputs or modes rather than set a spec field."""
 
