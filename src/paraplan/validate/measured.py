@@ -190,20 +190,16 @@ def _gpu_preset(row: dict[str, str]) -> tuple[str, list[Assumption]]:
 
 
 _ATTENTION_BACKEND_FLAG = re.compile(r"--attention-backend[ =](\w+)")
-_TRANSFORMER_ENGINE = re.compile(r"\btransformer[_-]engine\b", re.IGNORECASE)
 
 
 def _stated_attention_backend(row: dict[str, str]) -> str | None:
-    """The attention backend a Megatron row's notes state: its `--attention-backend` flag (unfused or local: the
-    unfused core attention; flash, fused or auto: a fused kernel), else, for a run on TransformerEngine
-    (`--transformer-impl transformer_engine`) that sets none, Megatron-core's default `auto` (arguments.py since
-    core 0.10), under which TE's DotProductAttention runs flash or cuDNN fused attention; None when they say
-    neither (the framework's default applies)."""
-    notes = row.get("notes") or ""
-    flag = _ATTENTION_BACKEND_FLAG.search(notes)
-    if flag:
-        return "unfused" if flag.group(1).lower() in ("unfused", "local") else "flash"
-    return "flash" if _TRANSFORMER_ENGINE.search(notes) else None
+    """The attention backend a Megatron row's notes state with its `--attention-backend` flag (unfused or local: the
+    unfused core attention; flash, fused or auto: a fused kernel); None when they state none, and the defaults of
+    the framework's release at the row's date apply (`specs.frameworks`: Megatron-core's `auto` since 2024)."""
+    flag = _ATTENTION_BACKEND_FLAG.search(row.get("notes") or "")
+    if flag is None:
+        return None
+    return "unfused" if flag.group(1).lower() in ("unfused", "local") else "flash"
 
 
 def _megatron_fsdp(row: dict[str, str]) -> bool:
