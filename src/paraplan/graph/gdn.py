@@ -11,7 +11,15 @@ conv, back before the norm), so key and value heads must divide by tp·cp (Trans
 
 from __future__ import annotations
 
-from paraplan.graph.layers import Shard, _comm, _elementwise, _gemm, _norm, _residual, _tp_enter, _tp_exit
+from paraplan.graph.layers import (
+    Shard,
+    _comm,
+    _elementwise,
+    _gemm,
+    _norm,
+    _tp_enter,
+    gated_mixer_exit,
+)
 from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind, Phase, ScanShape
 from paraplan.specs.model import ModelSpec
 
@@ -56,13 +64,7 @@ def gdn_mixer_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     ops.append(_delta_rule(model, shard, v_heads, qk, v, seq_tokens))
     if cp > 1:
         ops.append(_comm("cp_a2a_gdn_out", CommKind.ALL_TO_ALL, CommAxis.CP, cp, act * tokens * v_tp))
-    ops.append(
-        _elementwise(shard, "gdn_gated_norm", 3 * act * tokens * v_tp, saved=act * tokens * 2 * v_tp,
-                     flops=8 * tokens * v_tp)
-    )  # fmt: skip
-    ops.append(_gemm("gdn_out_proj", tokens, h, v_tp, shard, saved=act * tokens * v_tp))
-    ops += _tp_exit("tp_rs_gdn", shard, h)
-    ops += _residual("gdn_residual", model, shard)
+    ops += gated_mixer_exit("gdn", model, shard, v_tp, saved=act * tokens * 2 * v_tp)
     return ops
 
 

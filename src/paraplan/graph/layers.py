@@ -635,3 +635,17 @@ def decoder_layer_ops(
     chunked or sliding window) and a dense or MoE MLP."""
     attn = mla_attention_ops(model, shard, attention_core) if model.is_mla else attention_ops(model, shard, local)
     return attn + (moe_ops(model, shard) if moe else mlp_ops(model, shard))
+
+
+def gated_mixer_exit(prefix: str, model: ModelSpec, shard: Shard, width: int, saved: float) -> list[Op]:
+    """The tail the gated linear-time mixers share (Mamba-2 and Gated DeltaNet): a gated RMSNorm of the mixer's
+    output over `width` channels on this rank (reads output and gate, writes the gated output; saves
+    `saved` bytes), the output projection back to hidden, the TP exit and the residual."""
+    act, tokens, h = shard.act_bytes, shard.tokens, model.hidden_size
+    return [
+        _elementwise(shard, f"{prefix}_gated_norm", 3 * act * tokens * width, saved=saved,
+                     flops=8 * tokens * width),
+        _gemm(f"{prefix}_out_proj", tokens, h, width, shard, saved=act * tokens * width),
+        *_tp_exit(f"tp_rs_{prefix}", shard, h),
+        *_residual(f"{prefix}_residual", model, shard),
+    ]  # fmt: skip

@@ -19,9 +19,8 @@ from paraplan.graph.layers import (
     _elementwise,
     _gemm,
     _norm,
-    _residual,
     _tp_enter,
-    _tp_exit,
+    gated_mixer_exit,
 )
 from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind, Phase, ScanShape
 from paraplan.specs.model import ModelSpec
@@ -75,13 +74,7 @@ def mamba_mixer_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     if cp > 1:  # y head-sharded -> sequence-sharded
         ops.append(_comm("cp_a2a_mamba_out", CommKind.ALL_TO_ALL, CommAxis.CP, cp, act * tokens * inner_tp))
     # RMSNormGated: norm(y) * silu(z) per group; reads y and z, writes the gated output; saves z (y is the scan's)
-    ops.append(
-        _elementwise(shard, "mamba_gated_norm", 3 * act * tokens * inner_tp, saved=act * tokens * inner_tp,
-                     flops=8 * tokens * inner_tp)
-    )  # fmt: skip
-    ops.append(_gemm("mamba_out_proj", tokens, h, inner_tp, shard, saved=act * tokens * inner_tp))
-    ops += _tp_exit("tp_rs_mamba", shard, h)
-    ops += _residual("mamba_residual", model, shard)
+    ops += gated_mixer_exit("mamba", model, shard, inner_tp, saved=act * tokens * inner_tp)
     return ops
 
 
