@@ -53,3 +53,47 @@ def test_inheritance_cycle_and_missing_parent(tmp_path: Path) -> None:
     for name, fragment in (("a.yaml", "inherited in a cycle"), ("c.yaml", "'missing.yaml', which is not found")):
         with pytest.raises(ConfigError, match=fragment):
             read_config(tmp_path / name, "primus", env={})
+
+
+def test_current_primus_keys_env_sections_and_kernel_switches() -> None:
+    """`env:` feeds ${VAR:default} (the module's over the top level's), and --cross-entropy-fusion-impl and
+    use_turbo_grouped_gemm are read, not refused (issue 32: Primus's current configs failed to read)."""
+    _, train, _ = read_config(DATA / "exp_current_keys.yaml", "primus", env={})
+    assert (train.tp, train.pp) == (2, 2)
+
+
+def test_the_shell_environment_wins_over_env_sections() -> None:
+    _, train, _ = read_config(DATA / "exp_current_keys.yaml", "primus", env={"PRIMUS_TP": "4"})
+    assert (train.tp, train.pp) == (4, 2)
+
+
+def test_env_section_must_be_a_mapping() -> None:
+    text = "modules:\n  pre_trainer:\n    framework: megatron\n    env: [A, B]\n    overrides: {}\n"
+    with pytest.raises(ConfigError, match="env must be a mapping of environment variables"):
+        read_config(text, "primus", env={})
+
+
+def test_torchtitan_backend() -> None:
+    """Primus's torchtitan backend: torchtitan's tables in YAML, read by the torchtitan reader; Primus's own
+    sections dropped with a note in its files."""
+    model, train, hints = read_config(DATA / "exp_torchtitan_llama3.1_8b.yaml", "primus", num_gpus=16, env={})
+    assert model is not None and model.num_layers == 32 and model.hidden_size == 4096
+    assert train.framework == "torchtitan" and train.fsdp
+    assert (train.tp, train.dp, train.mbs, train.seq) == (2, 8, 4, 8192)
+    assert train.gbs == 4 * 8 and train.recompute_granularity == "none"
+    assert any("training.mock_data not read (Primus's own settings)" in note for note in hints.notes)
+
+
+def test_torchtitan_backend_overrides_are_checked() -> None:
+    text = (
+        "modules:\n  pre_trainer:\n    framework: torchtitan\n    overrides:\n"
+        "      model: {name: llama3, flavor: 8B}\n      parallelism: {tensor_paralel_degree: 2}\n"
+    )
+    with pytest.raises(ConfigError, match="parallelism.tensor_paralel_degree"):
+        read_config(text, "primus", num_gpus=8, env={})
+
+
+def test_unknown_backend_is_named() -> None:
+    text = "modules:\n  pre_trainer:\n    framework: jax\n    overrides: {}\n"
+    with pytest.raises(ConfigError, match="megatron and torchtitan backends"):
+        read_config(text, "primus", env={})

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from paraplan.errors import reject_unknown_names
+from paraplan.specs.presets import gpu_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,9 @@ _GPU_DEFAULTS: dict[str, dict[str, float]] = {
     # CDNA3: hipBLASLt bf16 ~ 55-65% of peak in public MLPerf-style reports
     "mi300x": {"gemm_efficiency": 0.60, "fp8_gemm_efficiency": 0.50, "attention_efficiency": 0.45},
     "mi325x": {"gemm_efficiency": 0.60, "fp8_gemm_efficiency": 0.50, "attention_efficiency": 0.45},
+    # CDNA4 (MI350X/MI355X): no published GEMM or attention efficiency in the sources paraplan ships; the CDNA3
+    # figures of the same software stack (ROCm, hipBLASLt, AITER/CK attention) until a measured run says otherwise.
+    "mi350x": {"gemm_efficiency": 0.60, "fp8_gemm_efficiency": 0.50, "attention_efficiency": 0.45},
     "mi355x": {"gemm_efficiency": 0.60, "fp8_gemm_efficiency": 0.50, "attention_efficiency": 0.45},
 }
 
@@ -136,8 +140,17 @@ FAMILIES = {
     # Blackwell Ultra (B300 die: 1,400 W, 288 GB, its own clocks) before Blackwell, whose prefixes it would match
     "blackwell_ultra": ("b300", "gb300"),
     "blackwell": ("b200", "gb200"),
-    "cdna3": ("mi300", "mi325", "mi355"),
+    "cdna3": ("mi300", "mi325"),
+    # CDNA 4 (AMD CDNA 4 architecture white paper, 2025): MI350X and MI355X, a new matrix core (FP4/FP6, doubled
+    # FP16/FP8 rate per CU), not CDNA 3
+    "cdna4": ("mi350", "mi355"),
 }
+
+
+def representative_gpu(family: str) -> str:
+    """The first GPU preset of a family (the family's datasheet defaults), or the name itself."""
+    prefixes = FAMILIES.get(family, ())
+    return next((name for name in gpu_names() if name.startswith(prefixes)), family) if prefixes else family
 
 
 # A family the fit has not seen takes the fitted efficiencies of its neighbour where both run the same software

@@ -232,7 +232,10 @@ _IGNORED_VALUED = (
     "tokenizer_prompt_format data_args_path per_split_data_args_path mid_level_dataset_surplus "
     "object_storage_cache_path tp_comm_bootstrap_backend ckpt_convert_format ckpt_convert_save "
     "dist_ckpt_strictness non_persistent_save_interval non_persistent_ckpt_type logging_level "
-    "straggler_minmax_count decoder_seq_length encoder_seq_length"
+    "straggler_minmax_count decoder_seq_length encoder_seq_length "
+    # --cross-entropy-fusion-impl {native,te} (Megatron-LM core_r0.13): which fused kernel --cross-entropy-loss-fusion
+    # uses; the loss's memory and time do not depend on it here
+    "cross_entropy_fusion_impl"
 ).split()
 
 IGNORED: tuple[Arg, ...] = (

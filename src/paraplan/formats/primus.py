@@ -32,6 +32,9 @@ from paraplan.formats.common import (
 )
 from paraplan.formats.megatron_args import BY_DEST
 from paraplan.formats.megatron_map import megatron_values, specs_from_megatron, typed_value
+from paraplan.formats.torchtitan import CHECKED as TT_CHECKED
+from paraplan.formats.torchtitan import FREE_SECTIONS as TT_FREE_SECTIONS
+from paraplan.formats.torchtitan import torchtitan_from_doc
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.schedule import SCHEDULES
 from paraplan.specs.system import SystemSpec
@@ -40,8 +43,14 @@ from paraplan.specs.validate import resolve_dp
 from paraplan.textfiles import read_text_file
 
 MODULE = "pre_trainer"
-TOP_KEYS = frozenset({"work_group", "user_name", "exp_name", "workspace", "modules", "extends", "bases"})
-MODULE_KEYS = frozenset({"framework", "config", "model", "overrides"})
+BACKENDS = ("megatron", "torchtitan")
+# Primus's own sections in a torchtitan-backend experiment (ROCm kernel switches): no effect on the plan.
+PRIMUS_TORCHTITAN_SECTIONS = frozenset({"primus_turbo"})
+TOP_KEYS = frozenset({"work_group", "user_name", "exp_name", "workspace", "modules", "extends", "bases", "env"})
+MODULE_KEYS = frozenset({"framework", "config", "model", "overrides", "env"})
+ENV_KEY = "env"
+"""Primus's environment section (top level or per module): variables its launcher exports before the run, so they
+are what `${VAR:default}` references see. The shell's own environment still wins (it is what the user set last)."""
 # Primus's zero-bubble pipeline switches (from the zero-bubble Megatron fork it integrates).
 ZERO_BUBBLE_KEYS = ("enable_zero_bubble", "zero_bubble_v_schedule")
 PRIMUS_SCHEDULES = {s.framework_names["primus"]: name for name, s in SCHEDULES.items() if "primus" in s.framework_names}
@@ -58,7 +67,7 @@ PRIMUS_IGNORED = frozenset(
         "zero_bubble_pipeline_timers_start_iter zero_bubble_pipeline_timers_end_iter "
         "zero_bubble_max_pending_backward zero_bubble_adaptive_memory_limit_percentile "
         "enable_optimizer_post_validation enable_exactly_numeric_match dump_pp_data pp_warmup "
-        "profile_rank disable_compile_dependencies"
+        "profile_rank disable_compile_dependencies use_turbo_grouped_gemm"
     ).split()
 )
 _LOOKS_RELEVANT = re.compile(
@@ -116,6 +125,30 @@ def load_with_bases(
     return deep_merge(merged, data)
 
 
+def _env_section(exp: Mapping[str, Any], problems: Problems) -> dict[str, str]:
+    """The variables of the experiment's `env:` sections (top level, then modules.pre_trainer's over it)."""
+    modules = exp.get("modules")
+    module = modules.get(MODULE) if isinstance(modules, dict) else None
+    sections = [(ENV_KEY, exp.get(ENV_KEY))]
+    if isinstance(module, dict):
+        sections.append((f"modules.{MODULE}.{ENV_KEY}", module.get(ENV_KEY)))
+    out: dict[str, str] = {}
+    for where, section in sections:
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            problems.add(f"{where} must be a mapping of environment variables (got {type(section).__name__})")
+            continue
+        for name, value in section.items():
+            if isinstance(value, (dict, list)):
+                problems.add(f"{where}.{name} must be a plain value (got {type(value).__name__})")
+            elif isinstance(value, bool):
+                out[str(name)] = str(value).lower()
+            else:
+                out[str(name)] = "" if value is None else str(value)
+    return out
+
+
 def _find(name: str, base: Path, kind: str, framework: str) -> tuple[Path | None, list[Path]]:
     candidates = [base / name]
     for up in (base, base.parent, base.parent.parent):
@@ -143,7 +176,9 @@ def read_primus(
     env = default_env() if env is None else env
     problems = Problems(source or "primus config")
     where = path if path else Path.cwd() / "experiment.yaml"
-    exp = load_with_bases(load_yaml_mapping(text, source), where, env, problems, frozenset({where.resolve()}), top=True)
+    raw = load_yaml_mapping(text, source)
+    env = {**_env_section(raw, problems), **env}
+    exp = load_with_bases(raw, where, env, problems, frozenset({where.resolve()}), top=True)
     for key in sorted(set(exp) - TOP_KEYS):
         problems.add(f"unknown top-level key '{key}'{suggest(key, TOP_KEYS)}")
     modules = exp.get("modules")
@@ -154,8 +189,10 @@ def read_primus(
     for key in sorted(set(module) - MODULE_KEYS):
         problems.add(f"modules.{MODULE}: unknown key '{key}'{suggest(key, MODULE_KEYS)}")
     framework = str(module.get("framework", "megatron"))
-    if framework != "megatron":
-        problems.add(f"modules.{MODULE}.framework is '{framework}': paraplan reads Primus's megatron backend")
+    if framework not in BACKENDS:
+        problems.add(
+            f"modules.{MODULE}.framework is '{framework}': paraplan reads Primus's {' and '.join(BACKENDS)} backends"
+        )
         problems.raise_if_any()
     layers: list[tuple[str, dict[str, Any], bool]] = []  # (where, settings, strict)
     for key, kind in (("config", "modules"), ("model", "models")):
@@ -175,6 +212,8 @@ def read_primus(
         problems.add(f"modules.{MODULE}.overrides must be a mapping")
         overrides = {}
     layers.append((f"modules.{MODULE}.overrides", overrides, True))
+    if framework == "torchtitan":
+        return _torchtitan_backend(layers, problems, where, source, num_gpus, model)
     values: dict[str, Any] = {}
     schedule: str | None = None
     for origin, settings, strict in layers:
@@ -208,6 +247,36 @@ def read_primus(
         schedule=schedule,
         model=model,
     )
+
+
+def _torchtitan_backend(
+    layers: list[tuple[str, dict[str, Any], bool]],
+    problems: Problems,
+    where: Path,
+    source: str,
+    num_gpus: int | None,
+    model: ModelSpec | None,
+) -> ReadConfig:
+    """Primus's torchtitan backend: its YAML holds torchtitan's job tables (module defaults, model file, overrides,
+    merged in that order), read by the torchtitan reader. Primus's own files carry sections and keys of their
+    fork that torchtitan's reader does not know: those are dropped with a note; in overrides they are errors."""
+    doc: dict[str, Any] = {}
+    for origin, settings, strict in layers:
+        kept: dict[str, Any] = {}
+        for section, body in settings.items():
+            if section in PRIMUS_TORCHTITAN_SECTIONS:
+                continue
+            if strict or section in TT_FREE_SECTIONS or (section in TT_CHECKED and not isinstance(body, dict)):
+                kept[section] = body  # checked by the torchtitan reader
+            elif section in TT_CHECKED:
+                kept[section] = {k: v for k, v in body.items() if k in TT_CHECKED[section]}
+                dropped = sorted(set(body) - TT_CHECKED[section])
+                if dropped:
+                    problems.note(f"{origin}: {section}.{', '.join(dropped)} not read (Primus's own settings)")
+            else:
+                problems.note(f"{origin}: section '{section}' not read (Primus's own settings)")
+        doc = deep_merge(doc, kept)
+    return torchtitan_from_doc(doc, problems, base=where.parent, source=source, num_gpus=num_gpus, model=model)
 
 
 def write_primus(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, strict: bool = False) -> str:

@@ -166,10 +166,25 @@ def read_torchtitan(
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{problems.source}: not valid TOML ({exc})") from None
+    base = path.parent if path else Path.cwd()
+    return torchtitan_from_doc(doc, problems, base=base, source=source, num_gpus=num_gpus, model=model)
+
+
+def torchtitan_from_doc(
+    doc: Mapping[str, Any],
+    problems: Problems,
+    *,
+    base: Path,
+    source: str = "",
+    num_gpus: int | None = None,
+    model: ModelSpec | None = None,
+) -> ReadConfig:
+    """A parsed torchtitan job (TOML tables, or the same tables from Primus's YAML) -> (model, training, hints).
+    `base`: the folder a relative `hf_assets_path` is looked up from (beside the working directory)."""
     _check_keys(doc, problems)
     model_sec, training = doc.get("model", {}), doc.get("training", {})
     par, ac = doc.get("parallelism", {}), doc.get("activation_checkpoint", {})
-    named = _model(model_sec, path.parent if path else Path.cwd(), problems if model is None else Problems())
+    named = _model(model_sec, base, problems if model is None else Problems())
     fallback = model
     model = named
 

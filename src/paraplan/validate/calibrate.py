@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from paraplan.cost.calibration import Calibration, calibration_for, family_of
+from paraplan.cost.calibration import Calibration, calibration_for, family_of, representative_gpu
 from paraplan.errors import ConfigError
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.validate.measured import MeasuredRun, release_date, run_from_row
@@ -251,10 +251,7 @@ def fit(rows: list[dict[str, str]], max_evaluations: int = 400) -> FitResult:
 
 def _default_value(constant: str, scope: str, key: str) -> float:
     if scope == "family":
-        gpu = {"ampere": "a100-sxm4-80gb", "hopper": "h100-sxm5-80gb", "blackwell": "b200",
-               "blackwell_ultra": "gb300-nvl72", "volta": "v100-sxm3-32gb",
-               "cdna3": "mi300x"}.get(key, key)  # fmt: skip
-        return float(getattr(calibration_for(gpu, "", table={}), constant))
+        return float(getattr(calibration_for(representative_gpu(key), "", table={}), constant))
     return float(getattr(calibration_for("a100-sxm4-80gb", key, table={}), constant))
 
 
