@@ -33,7 +33,17 @@ def test_no_complete_row_is_skipped_for_a_reason_a_user_would_not_accept(public_
             skipped.append((row["id"], str(exc)))
     unaccepted = [(i, why) for i, why in skipped if not any(p.search(why) for p in ACCEPTED_SKIPS)]
     assert not unaccepted
-    assert len(skipped) <= 1  # today: p1827, whose etp (1, in the test's name) the data does not carry
+    assert not skipped  # p1827 (etp unstated) projects with the expert TP its grid admits
+
+
+def test_unstated_expert_tp_is_the_one_the_expert_grid_admits(public_csv) -> None:
+    """Megatron's default expert TP (= tp) cannot have run tp2 pp2 ep4 on 8 GPUs (etp*ep = 8 does not divide
+    tp*cp*dp = 4); the run ran, so it used etp 1 (the test's name says so too: ..._ep4_etp1_...)."""
+    run = run_from_row(_row(read_rows(public_csv), "p1827"))
+    assert run.train.etp == 1
+    assert any(d.key == "expert_tensor_parallel_size" and "expert grid" in d.why for d in run.defaults_used)
+    fits = {**_row(read_rows(public_csv), "p1827"), "ep": "2", "dp": "2"}  # etp = tp = 2: 4 divides 4
+    assert run_from_row(fits).train.etp == 2
 
 
 def test_a_row_takes_the_defaults_of_its_era_and_says_which(public_csv) -> None:

@@ -332,6 +332,11 @@ def run_from_row(row: dict[str, str], framework_version: date | None = None) -> 
         used.append(Assumption(key, str(value), era_why))
     if values.get("fsdp"):
         values.pop("use_distributed_optimizer", None)
+    if model.is_moe and "expert_tensor_parallel_size" not in values:
+        etp = _expert_tp_the_grid_admits(values, num_gpus)
+        if etp is not None:
+            values["expert_tensor_parallel_size"] = etp
+            used.append(Assumption("expert_tensor_parallel_size", str(etp), _GRID_WHY.format(tp=tp)))
     chunks = vpp if vpp > 1 else 1
     recipe_model = (row.get("model_preset") or "").strip() if framework == "nemo-megatron" else ""
     split = _pipeline_split(model, pp, chunks, recipe_model)
@@ -350,6 +355,25 @@ def run_from_row(row: dict[str, str], framework_version: date | None = None) -> 
         group=(row["model"], gpu, num_gpus),
         defaults_used=tuple(used),
     )
+
+
+_GRID_WHY = (
+    "unstated; Megatron's default (tp = {tp}) breaks the expert grid (etp*ep must divide tp*cp*dp), so the run that "
+    "ran used the largest expert TP that fits it"
+)
+
+
+def _expert_tp_the_grid_admits(values: dict[str, object], num_gpus: int) -> int | None:
+    """The expert TP of a MoE row that leaves it unstated when Megatron's default (expert TP = tp) cannot have run:
+    Megatron-Core's expert grid needs etp*ep to divide tp*cp*dp (`parallel_state.initialize_model_parallel`), so a
+    measured run with tp*cp*dp not divisible by tp*ep used a smaller etp; the largest divisor of tp that fits.
+    None when the default fits, or nothing does (the validator then names the rule)."""
+    tp, cp, ep, pp = (int(values[k] or 1) for k in ("tp", "cp", "ep", "pp"))  # type: ignore[call-overload]
+    dp = int(values["dp"] or 0) or num_gpus // max(1, tp * cp * pp)  # type: ignore[call-overload]
+    dense = tp * cp * dp
+    if dense % (tp * ep) == 0:
+        return None
+    return next((etp for etp in range(tp - 1, 0, -1) if tp % etp == 0 and dense % (etp * ep) == 0), None)
 
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:
