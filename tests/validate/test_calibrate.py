@@ -239,3 +239,26 @@ def test_cross_validation_scores_the_report_only_and_memory_rows_with_the_final_
     block = provenance_table(cv, "runs.csv")["not_fitted"]
     assert block["step_time_mape_pct"] == {k: round(v, 2) for k, v in cv.report_only.items()}
     assert set(block["memory_mape_pct"]) == {"torchtitan_benchmarks_202412"}
+
+
+def test_every_shipped_constant_is_a_searched_one_inside_its_physical_range() -> None:
+    """Each fitted constant of calibration.yaml is one the fit searches (PARAMETERS names it, with the range
+    a datasheet or microbenchmark allows) and lies inside that range; CDNA families have no fitted constant (no
+    measured AMD run), so their efficiencies stay the datasheet/architecture defaults. 30 constants today."""
+    from paraplan.cost.calibration import fitted_table
+    from paraplan.validate.calibrate import PARAMETERS
+
+    ranges = {name: (scope, lo, hi) for name, scope, lo, hi, _ in PARAMETERS}
+    fitted = [
+        (scope, key, name, value)
+        for scope in ("family", "framework")
+        for key, values in (fitted_table().get(scope) or {}).items()
+        for name, value in values.items()
+    ]
+    assert fitted
+    for scope, key, name, value in fitted:
+        assert name in ranges and ranges[name][0] == scope, (scope, key, name)
+        lo, hi = ranges[name][1:]
+        assert lo <= value <= hi, (key, name, value, lo, hi)
+    assert not {key for scope, key, _, _ in fitted if scope == "family"} & {"cdna3", "cdna4"}
+    assert len(fitted) <= 30  # the count the closing note reports; a new fitted constant is a decision to state
