@@ -25,7 +25,8 @@ from paraplan.cost.block import (
     with_measured_compute,
 )
 from paraplan.cost.calibration import Calibration, at_scale, calibration_for
-from paraplan.cost.comm import GroupPlacement, collective_time_s, place_group
+from paraplan.cost.collectives import SourceKey, add_records, collective_sources, record, timed_collective
+from paraplan.cost.comm import GroupPlacement, place_group
 from paraplan.cost.compute import optimizer_time_s
 from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
@@ -241,6 +242,7 @@ class _StageSums:
     forward_exposed: float = 0.0
     refetch_params: float = 0.0
     interference: float = 0.0
+    comm_sources: dict[SourceKey, float] = field(default_factory=dict)
 
 
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)  # a tuner run meets a few thousand stages; each entry is small
@@ -271,6 +273,7 @@ def _stage_sums(
         total.recompute += redo
         _add(total.comm_total, cost.comm_total_s, count)
         _add(total.comm_exposed, cost.comm_exposed_s, count)
+        add_records(total.comm_sources, cost.comm_sources, count)
         total.refetch_params += cost.refetch_params * count
         total.flops += cost.forward_flops * count
         total.recompute_flops += cost.recompute_flops * count
@@ -302,18 +305,23 @@ def _chunk_cost(
     cal: Calibration,
     groups: Mapping[CommAxis, GroupPlacement],
     chunks: int,
-    like: ChunkCost | None = None,
+    like: tuple[ChunkCost, ChunkExtras] | None = None,
+    timer: OpTimer | None = None,
 ) -> tuple[ChunkCost, ChunkExtras, float, float]:
     """(what the simulator needs, what the breakdown reports, dense and expert parameters) of one stage. `like`: the
-    same stage's chunk under another calibration, whose data-parallel collectives (not clock-bound) it reuses."""
+    same stage's chunk under another calibration, whose data-parallel collectives (not clock-bound) it reuses.
+    `timer`: the fitted profile, for the collectives it measured (`cost.collectives`)."""
     units = max(1, total.num_layers) * (FSDP_TENSORS_PER_LAYER.get(train.framework, 1))
+    sources = dict(total.comm_sources)  # per micro-batch; the data-parallel ones per step (each label alike)
     if like is None:
         dp_grad, dp_gather, fsdp_gather, fsdp_rs = _dp_times(
-            total.dense_params, total.expert_params, train, system, cal, groups, units
+            total.dense_params, total.expert_params, train, system, cal, groups, units, timer, sources
         )
     else:
-        dp_grad, dp_gather = like.dp_grad_reduce_s, like.dp_param_gather_s
-        fsdp_gather, fsdp_rs = like.fsdp_gather_s, like.fsdp_reduce_scatter_s
+        like_chunk, like_extra = like
+        dp_grad, dp_gather = like_chunk.dp_grad_reduce_s, like_chunk.dp_param_gather_s
+        fsdp_gather, fsdp_rs = like_chunk.fsdp_gather_s, like_chunk.fsdp_reduce_scatter_s
+        sources.update({key: s for key, s in like_extra.comm_sources.items() if key[0] in DATA_PARALLEL_LABELS})
     params = total.dense_params + total.expert_params
     # ZeRO-3 under recompute: the backward gathers again the share of the weights the recomputed forward released
     refetch = fsdp_gather * total.refetch_params / params if train.refetches_recomputed_params and params else 0.0
@@ -344,6 +352,7 @@ def _chunk_cost(
         measured_s=total.measured,
         forward_comm_exposed_s=total.forward_exposed,
         interference_s=total.interference + slow_f + slow_b,
+        comm_sources=sources,
     )
     return chunk, extra, total.dense_params, total.expert_params
 
@@ -405,7 +414,7 @@ def stage_costs(
             model, stage.first_layer, stage.num_layers, stage.has_embedding, stage.has_head, mode, recompute_layers
         )
         total = _stage_sums_of(parts, model, shard, ctx, options.measured_blocks)
-        chunk, _, dense, expert = _chunk_cost(total, train, system, cal, groups, chunks)
+        chunk, _, dense, expert = _chunk_cost(total, train, system, cal, groups, chunks, timer=options.profile)
         optimizer_s = _optimizer_time(dense, expert, train, expert_dp(train), system, cal)
         out.append(
             StageCosts(
@@ -453,14 +462,17 @@ def project_specs(
         total = sums[parts] = _stage_sums_of(parts, model, shard, ctx, options.measured_blocks)
         flops_model += 3 * total.flops * times
         flops_hw += (3 * total.flops + total.recompute_flops) * times
-    chunk_costs = {parts: _chunk_cost(total, train, system, cal, groups, chunks) for parts, total in sums.items()}
+    chunk_costs = {
+        parts: _chunk_cost(total, train, system, cal, groups, chunks, timer=options.profile)
+        for parts, total in sums.items()
+    }
     typical_costs = chunk_costs
     if typical_cal is not cal:  # more than one stage, and a spread: the other stages at the typical speed
         typical_ctx = replace(ctx, cal=typical_cal)
         typical_costs = {
             parts: _chunk_cost(
                 _stage_sums_of(parts, model, shard, typical_ctx, options.measured_blocks),
-                train, system, typical_cal, groups, chunks, chunk_costs[parts][0],
+                train, system, typical_cal, groups, chunks, chunk_costs[parts][:2], options.profile,
             )
             for parts in sums
         }  # fmt: skip
@@ -473,7 +485,12 @@ def project_specs(
     extras = tuple(tuple(ranks_costs[r][index][1] for index in row) for r, row in enumerate(holder))
     rank_dense_params = [sum(stage_costs[i][2] for i in row) for row in holder]
     rank_expert_params = [sum(stage_costs[i][3] for i in row) for row in holder]
-    p2p_s = _p2p_time(layer_input_bytes, train, shard, system, cal, groups) if train.pp > 1 else 0.0
+    p2p_sources: dict[SourceKey, float] = {}
+    p2p_s = (
+        _p2p_time(layer_input_bytes, train, shard, system, cal, groups, options.profile, p2p_sources)
+        if train.pp > 1
+        else 0.0
+    )
     edp = expert_dp(train)
     optimizer_s = [
         _optimizer_time(rank_dense_params[r], rank_expert_params[r], train, edp, system, cal) for r in range(train.pp)
@@ -494,6 +511,12 @@ def project_specs(
         record_events=options.record_events,
         breakdown=options.breakdown,
     )
+    collectives = None
+    if options.profile is not None:  # which collectives the profile measured (without one, all are modelled)
+        records = dict(p2p_sources)
+        for extra in extras[pipeline.critical_rank]:
+            add_records(records, extra.comm_sources)
+        collectives = collective_sources(records, pipeline.comm_total_s)
     footprints = stage_footprints(stage_parts, model, shard)
     memory = pipeline_memory(
         model, shard, train, system.gpu.hbm_bytes, footprints, holder, pipeline.peak_activation_bytes
@@ -511,6 +534,7 @@ def project_specs(
         tokens_per_step=tokens,
         model_flops_per_step=step_flops_model,
         hardware_flops_per_step=step_flops_hw,
+        collectives=collectives,
     )
 
 
@@ -544,6 +568,9 @@ def _matmul_flops(ops: list[Op]) -> float:
     return sum(op.flops for op in ops if op.kind in MATMUL_KINDS)
 
 
+DATA_PARALLEL_LABELS = ("dp", "fsdp")
+"""The communication labels of `_dp_times`' collectives."""
+
 # Collectives per layer under FSDP/ZeRO-3: torch FSDP and Megatron FSDP gather one flat unit per layer;
 # DeepSpeed ZeRO-3 (2021, as in Narayanan et al. SC21 Table 2) fetched each parameter tensor on its own
 # (a GPT layer has 12: four weights, four biases, two norms' weight and bias).
@@ -558,17 +585,26 @@ def _dp_times(
     cal: Calibration,
     groups: Mapping[CommAxis, GroupPlacement],
     fsdp_units: int = 1,
+    timer: OpTimer | None = None,
+    sources: dict[SourceKey, float] | None = None,
 ) -> tuple[float, float, float, float]:
     """(grad reduction once per step, param all-gather once per step, FSDP gather per mb, FSDP RS per mb).
 
-    FSDP collectives run once per unit (`fsdp_units` per chunk), each over that unit's share."""
+    FSDP collectives run once per unit (`fsdp_units` per chunk), each over that unit's share. `timer`: the fitted
+    profile (its measured collectives); `sources`: where each collective's time is recorded (`cost.collectives`),
+    under "dp" per step and "fsdp" per micro-batch (gathers twice: forward and backward)."""
     dp_group = groups[CommAxis.DP]
     edp = expert_dp(train)
     edp_group = place_group(edp, train.etp * train.ep, system.gpus_per_node)
     grad_bytes, param_bytes = train.grad_reduce_bytes, train.param_gather_bytes
+    label = DATA_PARALLEL_LABELS[1] if train.shards_params else DATA_PARALLEL_LABELS[0]
 
     def coll(kind: CommKind, params: float, nbytes_per: float, group: GroupPlacement) -> float:
-        return collective_time_s(kind, params * nbytes_per, group, system, cal)
+        seconds, source = timed_collective(kind, params * nbytes_per, group, system, cal, axis=CommAxis.DP, timer=timer)
+        if sources is not None:
+            times = 2 * fsdp_units if label == "fsdp" and kind is CommKind.ALL_GATHER else fsdp_units
+            record(sources, label, kind, source, seconds * (times if label == "fsdp" else 1))
+        return seconds
 
     if train.shards_params:
         u = fsdp_units
@@ -609,12 +645,21 @@ def _p2p_time(
     system: SystemSpec,
     cal: Calibration,
     groups: Mapping[CommAxis, GroupPlacement],
+    timer: OpTimer | None = None,
+    sources: dict[SourceKey, float] | None = None,
 ) -> float:
-    """One pipeline send/receive of a stage boundary's activation (or its gradient)."""
+    """One pipeline send/receive of a stage boundary's activation (or its gradient); `timer` and `sources` as in
+    `_dp_times` (recorded under "pp")."""
+
+    def coll(kind: CommKind, size: float, axis: CommAxis) -> float:
+        seconds, source = timed_collective(kind, size, groups[axis], system, cal, axis=axis, timer=timer)
+        if sources is not None:
+            record(sources, "pp", kind, source, seconds)
+        return seconds
+
     if train.tp > 1 and not shard.sp and train.framework in SCATTER_GATHER_P2P_FRAMEWORKS:
-        send = collective_time_s(CommKind.SEND_RECV, nbytes / train.tp, groups[CommAxis.PP], system, cal)
-        return send + collective_time_s(CommKind.ALL_GATHER, nbytes, groups[CommAxis.TP], system, cal)
-    return collective_time_s(CommKind.SEND_RECV, nbytes, groups[CommAxis.PP], system, cal)
+        return coll(CommKind.SEND_RECV, nbytes / train.tp, CommAxis.PP) + coll(CommKind.ALL_GATHER, nbytes, CommAxis.TP)
+    return coll(CommKind.SEND_RECV, nbytes, CommAxis.PP)
 
 
 def _optimizer_time(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.cost.calibration import Calibration
+from paraplan.cost.collectives import CollectiveSource
 from paraplan.memory.model import MemoryResult
 from paraplan.sim.breakdown import BreakdownPart
 from paraplan.sim.pipeline import PipelineOutcome
@@ -27,6 +28,9 @@ class Projection:
     tokens_per_step: int
     model_flops_per_step: float
     hardware_flops_per_step: float
+    collectives: tuple[CollectiveSource, ...] | None = None
+    """With a fitted profile: each collective kind per axis, measured or modelled and why (`cost.collectives`),
+    with its share of the axis's communication on the critical rank; None without a profile (all modelled)."""
 
     @classmethod
     def build(cls, **kw) -> Projection:
@@ -115,6 +119,7 @@ class Projection:
                 "profiled_fraction": self.pipeline.profiled_fraction,
                 "measured_fraction": self.pipeline.measured_fraction,
                 "calibration": self.calibration.source,
+                **({"collectives": [c.to_dict() for c in self.collectives]} if self.collectives is not None else {}),
             },
             "memory": self.memory.to_dict(),
         }

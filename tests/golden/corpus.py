@@ -40,6 +40,9 @@ PROJECTIONS: dict[str, list[str]] = {
     + "--model llama3.1-405b --gpu h100-sxm5-80gb --gpus 2048 --tp 8 --pp 16 --vpp 8 --gbs 2048 --seq 8192 --sp --distributed-optimizer --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split".split(),
     "8b_a100_profile": _P
     + "--model llama3.1-8b --gpu a100-sxm4-80gb --gpus 8 --tp 2 --gbs 64 --seq 2048 --profile auto".split(),
+    # the shipped GH200 profile's collectives apply to the gh200 preset (1 GPU per node, as on TACC Vista)
+    "8b_gh200_profile": _P
+    + "--model llama3.1-8b --gpu gh200 --gpus 8 --tp 2 --gbs 64 --seq 4096 --profile auto".split(),
 }
 TUNES: dict[str, list[str]] = {
     "tune_8b": "tune --json --model llama3.1-8b --gpu h100-sxm5-80gb --gpus 16 --gbs 64 --seq 4096 --top 5".split(),

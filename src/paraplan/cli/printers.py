@@ -67,6 +67,13 @@ def print_projection(result: Projection, as_json: bool) -> None:
         if total > 0:
             comm.add_row(kind, fmt_s(total), fmt_s(result.pipeline.comm_exposed_s.get(kind, 0.0)))
     console.print(comm)
+    if result.collectives:
+        sources = Table(title="collectives (critical rank): measured by the profile or modelled")
+        for column in ("axis", "collective", "source", "why / regressor", "time"):
+            sources.add_column(column, justify="right" if column == "time" else "left")
+        for c in result.collectives:
+            sources.add_row(c.axis, c.collective, "measured" if c.measured else "modelled", c.detail, fmt_s(c.time_s))
+        console.print(sources)
     print_memory(result, False)
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from paraplan.cost.calibration import Calibration
-from paraplan.cost.comm import GroupPlacement, collective_time_s
+from paraplan.cost.collectives import SourceKey, record, timed_collective
+from paraplan.cost.comm import GroupPlacement
 from paraplan.cost.compute import compute_time_s
 from paraplan.graph.backward import TP_INPUT_GRAD, TP_REGATHER, backward_ops, is_weightless_gemm
 from paraplan.graph.ops import CommAxis, Op, OpKind, Phase
@@ -76,6 +77,9 @@ class BlockCost:
     # compute time that hidden collectives add (`Calibration.overlap_interference`) to the forward, the backward
     # input and the weight gradients (inside the times above; the recompute's stays inside recompute_s)
     interference_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    # the block's collectives by (axis label, kind, "measured:<regressor>" | "modelled:<why>"): seconds, summing to
+    # comm_total_s per label (`cost.collectives`)
+    comm_sources: dict[SourceKey, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +219,8 @@ class BlockContext:
     tp_comm_overlap: bool
     ep_overlap: bool
     timer: OpTimer | None = None
-    """A fitted profile's op times (`ProjectionOptions.profile`); None: the analytic model only."""
+    """A fitted profile's op times, and its collectives' where it has them (`ProjectionOptions.profile`,
+    `cost.collectives`); None: the analytic model only."""
     tp_async_backward: bool = True
     """A column-parallel linear's input-gradient collective runs while its weight-gradient GEMM does, and its input's
     second gather (sequence parallel) while its input-gradient GEMM does (`TrainingSpec.tp_async_backward`)."""
@@ -232,10 +237,14 @@ class BlockContext:
         return self._hash
 
 
-def _comm_time(op: Op, ctx: BlockContext) -> float:
+def _comm_time(op: Op, ctx: BlockContext) -> tuple[float, str]:
+    """(seconds, source) of a block's collective: measured by the profile where it applies, else modelled."""
     comm = op.comm
     assert comm is not None
-    return collective_time_s(comm.kind, comm.bytes, ctx.groups[comm.axis], ctx.system, ctx.cal, comm.routing)
+    group = ctx.groups[comm.axis]
+    return timed_collective(
+        comm.kind, comm.bytes, group, ctx.system, ctx.cal, axis=comm.axis, routing=comm.routing, timer=ctx.timer
+    )
 
 
 @dataclass(slots=True)
@@ -251,6 +260,7 @@ class _PhaseTime:
     # TP collectives left to run beside the weight-gradient GEMMs ("wgrad") or the input-gradient ones ("dgrad")
     async_tp_s: dict[str, float] = field(default_factory=dict)
     interference_s: float = 0.0  # inside compute_s: what the collectives hidden under it add
+    comm_sources: dict[SourceKey, float] = field(default_factory=dict)  # comm_total_s by kind and source
 
 
 def _exposed_fraction(label: str, ctx: BlockContext) -> float | None:
@@ -295,8 +305,9 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
     for op in ops:
         if op.kind is OpKind.COMM:
             label = COMM_LABEL[op.comm.axis]
-            seconds = _comm_time(op, ctx)
+            seconds, source = _comm_time(op, ctx)
             out.comm_total_s[label] = out.comm_total_s.get(label, 0.0) + seconds
+            record(out.comm_sources, label, op.comm.kind, source, seconds)
             issued += host_s_per_op
             beside = _async_tp_pool(op, label, ctx)
             if beside:
@@ -378,10 +389,13 @@ def block_cost(
             wgt.compute_s += wgt.interference_s
     comm_total: dict[str, float] = {}
     comm_exposed: dict[str, float] = {}
+    comm_sources: dict[SourceKey, float] = {}
     for phase in (fwd, bwd, rec):
         for label, value in phase.comm_total_s.items():
             comm_total[label] = comm_total.get(label, 0.0) + value
             comm_exposed[label] = comm_exposed.get(label, 0.0) + phase.comm_exposed_s[label]
+        for key, value in phase.comm_sources.items():
+            comm_sources[key] = comm_sources.get(key, 0.0) + value
     recompute_s = rec.compute_s + sum(rec.comm_exposed_s.values())
     return BlockCost(
         forward_s=fwd.compute_s + sum(fwd.comm_exposed_s.values()),
@@ -407,4 +421,5 @@ def block_cost(
         backward_weight_runahead_s=wgt.runahead_s,
         recompute_runahead_s=rec.runahead_s,
         interference_s=(fwd.interference_s, bwd.interference_s, wgt.interference_s),
+        comm_sources=comm_sources,
     )

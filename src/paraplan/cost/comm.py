@@ -19,10 +19,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 from paraplan.cost.calibration import Calibration
 from paraplan.graph.ops import CommKind
 from paraplan.specs.system import SystemSpec
+
+
+class Modelled(StrEnum):
+    """Why a collective was timed by this model rather than measured (`cost.collectives`: a fitted profile's
+    measurement applies only where it was taken)."""
+
+    NO_PROFILE = "no profile"
+    OTHER_GPU = "other GPU"  # the profile was measured on another chip
+    NO_SAMPLES = "no samples"  # the profile has no regressor of this collective (or of a routed MoE dispatch)
+    OTHER_SYSTEM = "other system"  # measured on nodes with another number of GPUs
+    OTHER_TIER = "other tier"  # no regressor for this group's placement (domains x members per domain)
+    OUT_OF_RANGE = "out of range"  # the message lies outside the sampled sizes
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ Regressors and their raw features (all strictly positive; the models work on the
 | `attention.fwd`, `attention.bwd`  | batch_heads, seq, head_dim       | `Op.attention` (causal, flash)           |
 | `<elementwise>.fwd`, `.bwd`       | bytes                            | `Op.bytes_moved` (convention below)      |
 | `optimizer`                       | params                           | parameters on the rank                   |
-| `<collective>.<nodes>x<gpn>`      | bytes                            | `CommShape.bytes` (see `collective_time_s`) |
+| `<collective>.<nodes>x<gpn>`      | bytes                            | `CommShape.bytes` (see `collective`)     |
 
 `gemm.bwd` is the time of both backward GEMMs (input and weight gradient) of a forward shape; the
 backward ops carry their own shapes, as `paraplan.graph.backward` emits them: dX (BACKWARD_INPUT) is
@@ -52,7 +52,8 @@ left"; a sample goes right when z[feature] > threshold.
 
 Out-of-range rule: a regressor answers None when any feature lies outside [min/2, 2*max] of the samples
 it was fitted on; the core then uses its analytic model. Collectives are fitted per topology (nodes x
-GPUs per node) and answer None for any topology that was not measured (no extrapolation).
+GPUs per node) and answer None for any topology that was not measured (no extrapolation); which system's
+collectives a profile times is `paraplan.cost.collectives`'s rule.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from typing import Any
 
 import numpy as np
 
+from paraplan.cost.comm import Modelled
 from paraplan.graph.backward import ELEMENTWISE_BACKWARD_TRAFFIC
 from paraplan.graph.kernels import EAGER_PASSES, cross_entropy_bytes
 from paraplan.graph.ops import CommKind, CommShape, Op, OpKind, Phase
@@ -547,25 +549,52 @@ class Profile:
         resolved = self._resolve(op)
         return None if resolved is None else resolved[0]
 
-    def collective_time_s(self, comm: CommShape, nodes: int, gpus_per_node: int) -> float | None:
-        """Seconds for one collective on a group spread over `nodes` x `gpus_per_node` GPUs.
+    def has_collective(self, kind: CommKind) -> bool:
+        """Whether any topology of this collective was fitted (reduce-scatter: of all-gather too)."""
+        names = [COLLECTIVE_NAMES.get(kind)]
+        if kind is CommKind.REDUCE_SCATTER:
+            names.append(COLLECTIVE_NAMES[CommKind.ALL_GATHER])
+        return any(r.kind == "collective" and r.name.split(".")[0] in names for r in self.regressors.values())
 
-        Fitted per measured topology only: another topology returns None (the core's alpha-beta model
-        applies). Features: all-reduce and send/recv use `comm.bytes`; all-gather (and reduce-scatter,
-        costed as all-gather) use the per-rank shard `comm.bytes / group_size`, the measured quantity.
+    @property
+    def measured_gpus_per_node(self) -> int | None:
+        """GPUs per node of the system the collectives were measured on: the most GPUs per node among the fitted
+        topologies (a measurement places no more in a node than it has); None without collective regressors."""
+        counts = [
+            int(match.group(1))
+            for r in self.regressors.values()
+            if r.kind == "collective" and (match := re.search(r"\.\d+x(\d+)$", r.name))
+        ]
+        return max(counts, default=None)
+
+    def collective(self, comm: CommShape, nodes: int, gpus_per_node: int) -> tuple[str, float] | Modelled:
+        """(regressor, seconds) of one collective on a group spread over `nodes` x `gpus_per_node` GPUs, or why the
+        analytic model applies: no regressor of this collective (`Modelled.NO_SAMPLES`), none for this topology
+        (`OTHER_TIER`: no extrapolation), a message outside the sampled range (`OUT_OF_RANGE`).
+
+        Features: all-reduce, all-to-all and send/recv use `comm.bytes`; all-gather (and reduce-scatter, costed as
+        all-gather where it has no regressor of its own) the per-rank shard `comm.bytes / group_size`, the measured
+        quantity. Which profile applies to which system: `cost.collectives.measured_collective`.
         """
         kind = COLLECTIVE_NAMES.get(comm.kind)
-        if kind is None or comm.bytes <= 0 or comm.routing is not None:  # samples time plain collectives
-            return None
+        if kind is None or comm.routing is not None or not self.has_collective(comm.kind):
+            return Modelled.NO_SAMPLES  # the samples time plain collectives, not a deduplicating MoE dispatch
         if comm.kind != CommKind.SEND_RECV and comm.group_size != nodes * gpus_per_node:
-            return None
+            return Modelled.OTHER_TIER
         name = collective_regressor_name(kind, nodes, gpus_per_node)
         if comm.kind == CommKind.REDUCE_SCATTER and name not in self.regressors:
             name = collective_regressor_name("all_gather", nodes, gpus_per_node)
+        if name not in self.regressors:
+            return Modelled.OTHER_TIER
         per_rank = comm.kind in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER)
         message_bytes = comm.bytes / comm.group_size if per_rank else comm.bytes
-        t_us = self._time_us(name, (float(message_bytes),))
-        return None if t_us is None else t_us * 1e-6
+        t_us = self._time_us(name, (float(message_bytes),)) if message_bytes > 0 else None
+        return Modelled.OUT_OF_RANGE if t_us is None else (name, t_us * 1e-6)
+
+    def collective_time_s(self, comm: CommShape, nodes: int, gpus_per_node: int) -> float | None:
+        """Seconds of `collective`, or None where the analytic model applies."""
+        answer = self.collective(comm, nodes, gpus_per_node)
+        return None if isinstance(answer, Modelled) else answer[1]
 
     def optimizer_time_s(self, params_on_rank: int) -> float | None:
         """Seconds for one optimizer (Adam) step over `params_on_rank` parameters, or None."""

@@ -25,7 +25,10 @@ from paraplan.graph.ops import Op, OpKind
 
 if TYPE_CHECKING:
     from paraplan.cost.block import OpTimer
+    from paraplan.cost.comm import GroupPlacement, Modelled
     from paraplan.cost.profile import Profile
+    from paraplan.graph.ops import CommShape
+    from paraplan.specs.system import SystemSpec
 
 PROFILE_BY_DEFAULT: frozenset[str] = frozenset()
 """GPU presets whose shipped profile is the default: none, as measured on the public A100 rows (the
@@ -39,7 +42,7 @@ SHIPPED_PREFIX = "shipped:"
 class ProfileRef:
     """A fitted profile by reference: its location (an absolute path, or `shipped:<file>`) and the SHA-256 of
     its bytes. Called with an op, it answers (seconds, "profile:<regressor>") where the profile covers the op,
-    None where the analytic model applies (`cost.block.OpTimer`)."""
+    None where the analytic model applies (`cost.block.OpTimer`); `collective` does the same for collectives."""
 
     location: str
     digest: str
@@ -61,6 +64,13 @@ class ProfileRef:
             return None
         return seconds, f"profile:{profile.covers(op)}"
 
+    def collective(self, comm: CommShape, group: GroupPlacement, system: SystemSpec) -> tuple[float, str] | Modelled:
+        """(seconds, regressor) of a collective the profile measured on this system, or why it is modelled
+        (`cost.collectives.measured_collective`)."""
+        from paraplan.cost.collectives import measured_collective
+
+        return measured_collective(self.profile, comm, group, system)
+
 
 @dataclass(frozen=True, slots=True)
 class ScaledTimes:
@@ -77,6 +87,13 @@ class ScaledTimes:
             return None
         factor = self.memory_factor if op.kind is OpKind.ELEMENTWISE else self.compute_factor
         return timed[0] * factor, timed[1]
+
+    def collective(self, comm: CommShape, group: GroupPlacement, system: SystemSpec) -> tuple[float, str] | Modelled:
+        """The base's collectives as they are: the factors are the compute's share of a crowded machine."""
+        from paraplan.cost.comm import Modelled
+
+        lookup = getattr(self.base, "collective", None)
+        return Modelled.NO_SAMPLES if lookup is None else lookup(comm, group, system)
 
 
 def _bytes_of(location: str) -> bytes:

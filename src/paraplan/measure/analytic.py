@@ -23,8 +23,10 @@ from paraplan.graph.backward import ELEMENTWISE_BACKWARD_TRAFFIC, backward_ops
 from paraplan.graph.kernels import cross_entropy_bytes, passes
 from paraplan.graph.ops import AttentionShape, GemmShape, Op, OpKind, Phase
 from paraplan.measure.datasets import BYTES_PER_ELEMENT
-from paraplan.specs.presets import gpu_names, system_preset
+from paraplan.specs.presets import preset_for_device, system_preset
 from paraplan.specs.system import GpuSpec
+
+__all__ = ["AnalyticError", "analytic_error", "analytic_time_us", "preset_for_device"]
 
 
 def _analytic_passes(base: str, activation_bytes: int) -> tuple[float, float]:
@@ -40,31 +42,6 @@ def _analytic_passes(base: str, activation_bytes: int) -> tuple[float, float]:
     else:
         forward = ELEMENTWISE_TRAFFIC[base][0] * activation_bytes
     return forward, ELEMENTWISE_BACKWARD_TRAFFIC * forward
-
-
-def _squashed(name: str) -> str:
-    return "".join(ch for ch in name.lower() if ch.isalnum())
-
-
-def preset_for_device(device: str) -> str | None:
-    """The GPU preset a sample file's device name (torch's, squashed) stands for, or None.
-
-    Presets whose chip (the name's first part) starts the device name after "NVIDIA" compete; the longest
-    chip wins, then a preset whose whole name starts the device name ("NVIDIAA100-SXM4-80GB" ->
-    "a100-sxm4-80gb"), then one whose memory size the name holds, then the first listed ("NVIDIAH200" ->
-    "h200-sxm-141gb", "NVIDIAGH200120GB" -> "gh200")."""
-    squashed = _squashed(device).removeprefix("nvidia")
-    chips = {name: _squashed(name.split("-")[0]) for name in gpu_names()}
-    matches = [name for name, chip in chips.items() if squashed.startswith(chip)]
-    if not matches:
-        return None
-    longest = max(len(chips[name]) for name in matches)
-    matches = [name for name in matches if len(chips[name]) == longest]
-    whole = [name for name in matches if squashed.startswith(_squashed(name))]
-    if whole:
-        return max(whole, key=len)
-    sized = [name for name in matches if name.split("-")[-1].endswith("gb") and name.split("-")[-1] in squashed]
-    return (sized or matches)[0]
 
 
 def _gemm_op(m: float, n: float, k: float, precision: str) -> Op:

@@ -26,6 +26,9 @@ class ChunkExtras:
     measured_s: float = 0.0  # compute time that came from a real run (hybrid projection)
     forward_comm_exposed_s: float = 0.0  # exposed intra-layer communication inside the forward time
     interference_s: float = 0.0  # compute time that hidden collectives add, inside the compute times
+    # the chunk's collectives by (axis label, kind, source) (`cost.collectives.record`): seconds per micro-batch,
+    # the data-parallel ones per step
+    comm_sources: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,38 @@ def gpu_names() -> list[str]:
     return list(_load("gpus.yaml"))
 
 
+def _squashed(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def gpu_chip(name: str) -> str:
+    """The chip a GPU preset or device name stands for: the preset's first part, squashed ("a100-sxm4-80gb" ->
+    "a100"), or the chip of the preset a device name maps to ("NVIDIAGH200120GB" -> "gh200"); "" when unknown."""
+    preset = name.lower() if name.lower() in _load("gpus.yaml") else preset_for_device(name)
+    return _squashed(preset.split("-")[0]) if preset else ""
+
+
+def preset_for_device(device: str) -> str | None:
+    """The GPU preset a sample file's device name (torch's, squashed) stands for, or None.
+
+    Presets whose chip (the name's first part) starts the device name after "NVIDIA" compete; the longest
+    chip wins, then a preset whose whole name starts the device name ("NVIDIAA100-SXM4-80GB" ->
+    "a100-sxm4-80gb"), then one whose memory size the name holds, then the first listed ("NVIDIAH200" ->
+    "h200-sxm-141gb", "NVIDIAGH200120GB" -> "gh200")."""
+    squashed = _squashed(device).removeprefix("nvidia")
+    chips = {name: _squashed(name.split("-")[0]) for name in gpu_names()}
+    matches = [name for name, chip in chips.items() if squashed.startswith(chip)]
+    if not matches:
+        return None
+    longest = max(len(chips[name]) for name in matches)
+    matches = [name for name in matches if len(chips[name]) == longest]
+    whole = [name for name in matches if squashed.startswith(_squashed(name))]
+    if whole:
+        return max(whole, key=len)
+    sized = [name for name in matches if name.split("-")[-1].endswith("gb") and name.split("-")[-1] in squashed]
+    return (sized or matches)[0]
+
+
 def model_preset(name: str) -> ModelSpec:
     table = _load("models.yaml")
     key = name.lower()
