@@ -68,7 +68,7 @@ def print_projection(result: Projection, as_json: bool) -> None:
             comm.add_row(kind, fmt_s(total), fmt_s(result.pipeline.comm_exposed_s.get(kind, 0.0)))
     console.print(comm)
     if result.collectives:
-        sources = Table(title="collectives (critical rank): measured by the profile or modelled")
+        sources = Table(title="collectives: measured or modelled")
         for column in ("axis", "collective", "source", "why / regressor", "time"):
             sources.add_column(column, justify="right" if column == "time" else "left")
         for c in result.collectives:
