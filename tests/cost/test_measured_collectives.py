@@ -143,14 +143,10 @@ def test_outside_the_sampled_sizes_the_model_applies(ref: ProfileRef) -> None:
     group = place_group(2, 1, 8)
     tiny, huge = SIZES_BYTES[0] / 4, SIZES_BYTES[-1] * 4  # beyond [min / 2, 2 x max]
     for nbytes in (tiny, huge):
-        seconds, source = timed_collective(
-            CommKind.ALL_REDUCE, nbytes, group, system, cal, axis=CommAxis.TP, timer=ref
-        )
+        seconds, source = timed_collective(CommKind.ALL_REDUCE, nbytes, group, system, cal, axis=CommAxis.TP, timer=ref)
         assert source == "modelled:out of range"
         assert seconds == collective_time_s(CommKind.ALL_REDUCE, nbytes, group, system, cal)
-    inside, source = timed_collective(
-        CommKind.ALL_REDUCE, 1e8, group, system, cal, axis=CommAxis.TP, timer=ref
-    )
+    inside, source = timed_collective(CommKind.ALL_REDUCE, 1e8, group, system, cal, axis=CommAxis.TP, timer=ref)
     assert source == "measured:all_reduce.1x2"
     assert inside == pytest.approx(ref.profile.regressors["all_reduce.1x2"].time_us((1e8,)) * 1e-6)
     # a short sequence: every TP message is below the samples, so TP communication is the model's
