@@ -14,8 +14,8 @@ the links it crossed. So:
   its collective topologies). The scale-up tier is a property of the node, not of the GPU alone: on Perlmutter's
   4-GPU A100 nodes two GPUs share 4 direct NVLinks, on an 8-GPU DGX A100 they reach each other through NVSwitch
   over all 12; the shipped A100 samples of a 2-GPU all-reduce take 3.0x the DGX model's time, those of a 4-GPU
-  one (every link busy on both) 1.0x. Likewise the scale-out samples time the measured fabric (Perlmutter's
-  2-node ones run at about 1/16 of a DGX A100's 200 Gb/s per GPU), not the target's;
+  one (every link busy on both) 1.0x. Likewise the scale-out samples time the measured fabric, not the target's
+  (Perlmutter's multi-node all-reduce and all-gather samples take 15-20x the DGX A100 model's time);
 - the group must be placed as the samples were (the tier): `<kind>.<nodes>x<gpus per node>` times a group spread
   over `nodes` scale-up domains with that many members in each, so a regressor measured inside one NVLink domain
   applies to groups inside one domain of that size, and one measured across nodes to groups split the same way;
