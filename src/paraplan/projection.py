@@ -312,7 +312,9 @@ def _chunk_cost(
     same stage's chunk under another calibration, whose data-parallel collectives (not clock-bound) it reuses.
     `timer`: the fitted profile, for the collectives it measured (`cost.collectives`)."""
     units = max(1, total.num_layers) * (FSDP_TENSORS_PER_LAYER.get(train.framework, 1))
-    sources = dict(total.comm_sources)  # per micro-batch; the data-parallel ones per step (each label alike)
+    # where the collectives' times came from, with a profile only (without one all are modelled): per micro-batch,
+    # the data-parallel ones per step (each label alike)
+    sources = dict(total.comm_sources) if timer is not None else None
     if like is None:
         dp_grad, dp_gather, fsdp_gather, fsdp_rs = _dp_times(
             total.dense_params, total.expert_params, train, system, cal, groups, units, timer, sources
@@ -321,7 +323,8 @@ def _chunk_cost(
         like_chunk, like_extra = like
         dp_grad, dp_gather = like_chunk.dp_grad_reduce_s, like_chunk.dp_param_gather_s
         fsdp_gather, fsdp_rs = like_chunk.fsdp_gather_s, like_chunk.fsdp_reduce_scatter_s
-        sources.update({key: s for key, s in like_extra.comm_sources.items() if key[0] in DATA_PARALLEL_LABELS})
+        if sources is not None:
+            sources.update({k: s for k, s in like_extra.comm_sources.items() if k[0] in DATA_PARALLEL_LABELS})
     params = total.dense_params + total.expert_params
     # ZeRO-3 under recompute: the backward gathers again the share of the weights the recomputed forward released
     refetch = fsdp_gather * total.refetch_params / params if train.refetches_recomputed_params and params else 0.0
@@ -352,7 +355,7 @@ def _chunk_cost(
         measured_s=total.measured,
         forward_comm_exposed_s=total.forward_exposed,
         interference_s=total.interference + slow_f + slow_b,
-        comm_sources=sources,
+        comm_sources=sources or {},
     )
     return chunk, extra, total.dense_params, total.expert_params
 
@@ -512,7 +515,7 @@ def project_specs(
         breakdown=options.breakdown,
     )
     collectives = None
-    if options.profile is not None:  # which collectives the profile measured (without one, all are modelled)
+    if options.profile is not None and options.breakdown:  # which collectives the profile measured
         records = dict(p2p_sources)
         for extra in extras[pipeline.critical_rank]:
             add_records(records, extra.comm_sources)
