@@ -1,0 +1,364 @@
+"""Rules written from the breakdown: each reads the incumbent's named parts (`BreakdownPart`), memory and stages and,
+when the part it addresses is large enough to matter, gives a hypothesis and the field changes that test it.
+
+A rule is a function registered with `@rule(name, reads)`; adding a knob is adding one rule. Thresholds are
+shares of the step below which a part is not worth a proposal (a fixed cost of looking, not a measured figure).
+The proposer orders a round's proposals by the share of the step the part they address holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from paraplan.sim.breakdown import BreakdownPart as P
+from paraplan.specs.schedule import SCHEDULES
+from paraplan.tune.agent.diagnosis import Diagnosis
+from paraplan.tune.agent.layout import balanced, move_one_layer
+from paraplan.tune.agent.proposers import Proposal, ProposalRound
+from paraplan.tune.candidate import pipeline_split
+
+NOTABLE_SHARE = 0.02
+"""A part under 2% of the step is not worth a proposal."""
+BUBBLE_SHARE = 0.05
+IMBALANCE = 1.02
+"""Heaviest stage over the mean stage busy time above which the layout is rebalanced."""
+ROOMY_HEADROOM = 0.25
+"""Share of the usable HBM left free above which a rule may trade memory for speed."""
+MEGATRON_FAMILY = frozenset({"megatron-lm", "nemo-megatron", "megatron-deepspeed"})
+FRAMEWORK_FORMAT = {"megatron-lm": "megatron", "nemo-megatron": "megatron", "torchtitan": "torchtitan"}
+"""Which `PipelineSchedule.framework_names` key says a framework runs a schedule."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    reads: tuple[P, ...]
+    """The parts of the step the rule addresses (its proposals are ordered by their share)."""
+    propose: Callable[[Diagnosis], list[tuple[str, dict[str, object]]]]
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(name: str, *reads: P) -> Callable[[Callable[[Diagnosis], list[tuple[str, dict[str, object]]]]], Rule]:
+    def register(fn: Callable[[Diagnosis], list[tuple[str, dict[str, object]]]]) -> Rule:
+        RULES[name] = Rule(name, reads, fn)
+        return RULES[name]
+
+    return register
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f}%"
+
+
+# ---------------------------------------------------------------------------------------------- the pipeline
+@rule("stage_balance", P.PIPELINE_BUBBLE)
+def stage_balance(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """Unequal stages (embedding, loss, MTP, dense layers before MoE ones) make every other stage wait for the
+    heaviest: balance the layers by their projected cost."""
+    costs, busy = d.layer_costs, d.stage_busy_s
+    if costs is None or not busy:
+        return []
+    mean = sum(busy) / len(busy)
+    heavy = max(range(len(busy)), key=lambda i: busy[i])
+    if busy[heavy] < IMBALANCE * mean:
+        return []
+    why = (
+        f"stage {heavy} is busy {1e3 * busy[heavy]:.1f} ms per micro-batch against a mean of {1e3 * mean:.1f} ms "
+        f"(layers per stage {list(d.layout)}); the steady state runs at the slowest stage's pace, so "
+    )
+    out = []
+    layout = balanced(costs, len(d.layout))
+    if layout is not None and layout != d.layout:
+        after = max(costs.stage_s(layout))
+        out.append(
+            (why + f"splitting the layers by their projected cost ({list(layout)}) should bring the heaviest stage "
+             f"to {1e3 * after:.1f} ms", {"pipeline_layout": layout})
+        )  # fmt: skip
+    moved = move_one_layer(costs, d.layout)
+    if moved is not None and moved != layout:
+        out.append((why + f"moving one layer off stage {heavy} ({list(moved)}) should shorten it", {"pipeline_layout": moved}))
+    return out
+
+
+def _schedules_run_by(framework: str, current: str) -> list[str]:
+    key = FRAMEWORK_FORMAT.get(framework)
+    names = [s.name for s in SCHEDULES.values() if key is not None and key in s.framework_names]
+    if "primus" in SCHEDULES[current].framework_names:  # a Primus recipe: its zero-bubble switches too
+        names += [s.name for s in SCHEDULES.values() if "primus" in s.framework_names]
+    return [n for n in dict.fromkeys(names) if n != current]
+
+
+@rule("interleave", P.PIPELINE_BUBBLE)
+def interleave(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """Fill and drain cost about (pp - 1) / (vpp x m) of the pipeline phase (Narayanan et al. 2021, section 2.2):
+    more virtual stages per rank shrink it, at the price of more point-to-point transfers. Virtual stage counts
+    that split the layers evenly come first (Megatron's split); without one, the doubled count with a balanced
+    layout."""
+    t = d.train
+    share = d.share(P.PIPELINE_BUBBLE)
+    shaped = SCHEDULES[t.pipeline_schedule].interleaves or t.pipeline_schedule == "1f1b"
+    if t.pp == 1 or share < BUBBLE_SHARE or not shaped:
+        return []
+    wider = [v for v in range(t.vpp + 1, 4 * t.vpp + 1 if t.vpp > 1 else 5) if t.pp * v <= d.model.num_layers]
+    even = [v for v in wider if pipeline_split(d.model, t.pp * v, t.seq) is not None]
+    choices = even[:2] or [v for v in wider if v == 2 * t.vpp]
+    out = []
+    for vpp in choices:
+        why = (
+            f"the pipeline bubble is {_pct(share)} of the step with pp={t.pp}, vpp={t.vpp}, {t.num_microbatches} "
+            f"micro-batches; {vpp} virtual stages per rank should cut the fill and drain about {vpp / t.vpp:.1f}x"
+        )
+        out.append((why, {"pipeline_schedule": "interleaved", "virtual_pipeline_model_parallel_size": vpp}))
+    return out
+
+
+@rule("more_microbatches", P.PIPELINE_BUBBLE)
+def more_microbatches(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """Smaller micro-batches: more of them per step, so the fill and drain are a smaller share."""
+    t = d.train
+    share = d.share(P.PIPELINE_BUBBLE)
+    if t.pp == 1 or share < BUBBLE_SHARE or t.mbs < 2:
+        return []
+    why = (
+        f"the pipeline bubble is {_pct(share)} of the step with {t.num_microbatches} micro-batches of {t.mbs}; "
+        f"micro-batches of {t.mbs // 2} double their count and halve the fill and drain's share"
+    )
+    return [(why, {"micro_batch_size": t.mbs // 2})]
+
+
+@rule("schedule", P.PIPELINE_BUBBLE)
+def other_schedule(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """Schedules the framework runs that fill the bubble otherwise (zero-bubble's split backward, V shapes)."""
+    t = d.train
+    share = d.share(P.PIPELINE_BUBBLE)
+    if t.pp == 1 or share < BUBBLE_SHARE:
+        return []
+    out = []
+    for name in _schedules_run_by(t.framework, t.pipeline_schedule):
+        spec = SCHEDULES[name]
+        if name == "gpipe":
+            continue  # never faster than 1F1B, and holds every micro-batch
+        vpp = 2 if spec.interleaves else 1
+        why = f"the pipeline bubble is {_pct(share)} of the step; {spec.label} ({spec.source}) fills it differently"
+        out.append((why, {"pipeline_schedule": name, "virtual_pipeline_model_parallel_size": vpp}))
+    return out
+
+
+@rule("fewer_stages", P.PIPELINE_BUBBLE, P.PP_P2P_EXPOSED)
+def fewer_stages(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """With memory to spare, fewer pipeline stages (more data parallelism) shrink the bubble outright."""
+    t = d.train
+    share = d.share(P.PIPELINE_BUBBLE, P.PP_P2P_EXPOSED)
+    if t.pp < 2 or t.pp % 2 or share < BUBBLE_SHARE or d.headroom_share < ROOMY_HEADROOM:
+        return []
+    why = (
+        f"bubble and pipeline transfers are {_pct(share)} of the step and {d.headroom_gib:.1f} GiB of HBM is free; "
+        f"pp={t.pp // 2} (dp x2) holds more weights per GPU but halves the stages the bubble grows with"
+    )
+    return [(why, {"pipeline_model_parallel_size": t.pp // 2})]
+
+
+# ---------------------------------------------------------------------------------------------- data parallelism
+@rule("dp_overlap", P.DP_GRAD_REDUCE_EXPOSED, P.DP_PARAM_GATHER_EXPOSED, P.DP_PARAM_GATHER_WAIT)
+def dp_overlap(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """Exposed data-parallel communication: overlap the gradient reduction with the backward, the parameter gather
+    with the forward (Megatron `--overlap-grad-reduce`, `--overlap-param-gather`)."""
+    t = d.train
+    out = []
+    grad = d.share(P.DP_GRAD_REDUCE_EXPOSED)
+    if grad >= NOTABLE_SHARE / 2 and not t.overlap_grad_reduce:
+        out.append((f"the gradient reduction is exposed for {_pct(grad)} of the step; overlapping it with the "
+                    "backward should hide most of it", {"overlap_grad_reduce": True}))  # fmt: skip
+    gather = d.share(P.DP_PARAM_GATHER_EXPOSED)
+    if gather >= NOTABLE_SHARE / 2 and t.shards_optimizer and not t.overlap_param_gather:
+        out.append((f"the parameter all-gather is exposed for {_pct(gather)} of the step; overlapping it with the "
+                    "next forward should hide it", {"overlap_param_gather": True}))  # fmt: skip
+    return out
+
+
+@rule("distributed_optimizer", P.DP_GRAD_REDUCE_EXPOSED, P.OPTIMIZER)
+def distributed_optimizer(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """Replicated optimizer states: sharding them (ZeRO-1, Megatron's distributed optimizer) frees memory and turns
+    the all-reduce into a reduce-scatter and an all-gather that overlap."""
+    t = d.train
+    if t.framework not in MEGATRON_FAMILY or t.dp < 2 or t.shards_optimizer or t.fsdp:
+        return []
+    why = (
+        f"optimizer states are replicated over dp={t.dp} ({d.headroom_gib:.1f} GiB free); the distributed optimizer "
+        "shards them and its gather and reduce-scatter overlap"
+    )
+    return [(why, {"use_distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True})]
+
+
+@rule("fsdp_to_dist_opt", P.FSDP_EXPOSED)
+def fsdp_to_dist_opt(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    t = d.train
+    share = d.share(P.FSDP_EXPOSED)
+    if t.framework not in MEGATRON_FAMILY or not t.fsdp or share < NOTABLE_SHARE or d.headroom_share < ROOMY_HEADROOM:
+        return []
+    why = f"FSDP's gathers are exposed for {_pct(share)} of the step and memory is roomy; sharding only the optimizer"
+    return [(why, {"fsdp": False, "zero_stage": 0, "use_distributed_optimizer": True})]
+
+
+# ---------------------------------------------------------------------------------------------- tensor and context parallelism
+@rule("tp_comm", P.TP_COMM_EXPOSED)
+def tp_comm(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """Exposed tensor-parallel collectives: sequence parallelism (reduce-scatter + all-gather instead of
+    all-reduce, Korthikanti et al. 2022), overlap with the GEMMs (TransformerEngine userbuffers), or a smaller tp."""
+    t = d.train
+    share = d.share(P.TP_COMM_EXPOSED)
+    if t.tp == 1 or share < NOTABLE_SHARE:
+        return []
+    head = f"tensor-parallel communication is exposed for {_pct(share)} of the step at tp={t.tp}; "
+    out: list[tuple[str, dict[str, object]]] = []
+    if not t.sequence_parallel:
+        out.append((head + "sequence parallelism splits its all-reduces and the norms' activations",
+                    {"sequence_parallel": True}))  # fmt: skip
+    elif not t.tp_comm_overlap and t.framework in MEGATRON_FAMILY:
+        out.append((head + "overlapping it with the GEMMs should hide most of it", {"tp_comm_overlap": True}))
+    if t.tp % 2 == 0:
+        out.append((head + f"tp={t.tp // 2} halves each collective's group and the GEMMs grow (memory permitting)",
+                    {"tensor_model_parallel_size": t.tp // 2}))  # fmt: skip
+    return out
+
+
+@rule("cp_comm", P.CP_COMM_EXPOSED)
+def cp_comm(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    t = d.train
+    share = d.share(P.CP_COMM_EXPOSED)
+    if t.cp < 2 or t.cp % 2 or share < NOTABLE_SHARE:
+        return []
+    why = f"the context-parallel K/V exchange is exposed for {_pct(share)} of the step at cp={t.cp}; cp={t.cp // 2}"
+    return [(why + " exchanges less and attention hides more of it", {"context_parallel_size": t.cp // 2})]
+
+
+# ---------------------------------------------------------------------------------------------- memory and recompute
+@rule("recompute_less", P.RECOMPUTE)
+def recompute_less(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """Recomputation with memory to spare: recompute less (selective recomputes only attention's core, Korthikanti
+    et al. 2022; full recompute of fewer layers per chunk, Megatron `--recompute-num-layers`)."""
+    t = d.train
+    share = d.share(P.RECOMPUTE)
+    if share < NOTABLE_SHARE / 2 or not d.fits:
+        return []
+    head = f"recomputation is {_pct(share)} of the step and {d.headroom_gib:.1f} GiB of HBM is free; "
+    out: list[tuple[str, dict[str, object]]] = []
+    if t.recompute_granularity == "full":
+        per_chunk = max(d.layout) if d.train.pp > 1 else d.model.num_layers
+        layers = t.recompute_num_layers or per_chunk
+        out.append((head + "no recomputation keeps every activation", {"recompute_granularity": "none"}))
+        out.append((head + "selective recomputation keeps all but attention's core", {"recompute_granularity": "selective"}))
+        for fewer in sorted({layers // 2, layers - 1}, reverse=True):
+            if 0 < fewer < layers:
+                out.append((head + f"recomputing {fewer} layers per chunk instead of {layers} keeps the rest",
+                            {"recompute_granularity": "full", "recompute_num_layers": fewer}))  # fmt: skip
+    elif t.recompute_granularity == "selective":
+        out.append((head + "no recomputation keeps every activation", {"recompute_granularity": "none"}))
+    return out
+
+
+@rule("memory_pressure")
+def memory_pressure(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """Over the usable HBM: recompute, shard the optimizer, smaller micro-batches."""
+    t = d.train
+    if d.fits:
+        return []
+    head = f"the peak of {d.peak_gib:.1f} GiB is over the usable {d.usable_gib:.1f} GiB; "
+    out: list[tuple[str, dict[str, object]]] = []
+    if t.recompute_granularity != "full" or t.recompute_num_layers is not None:
+        out.append((head + "full recomputation keeps one input per layer", {"recompute_granularity": "full",
+                                                                             "recompute_num_layers": None}))  # fmt: skip
+    if t.recompute_granularity == "none":
+        out.append((head + "selective recomputation drops attention's core activations",
+                    {"recompute_granularity": "selective"}))  # fmt: skip
+    if t.framework in MEGATRON_FAMILY and t.dp > 1 and not t.shards_optimizer:
+        out.append((head + "the distributed optimizer shards the optimizer states", {"use_distributed_optimizer": True}))
+    if t.mbs > 1:
+        out.append((head + f"micro-batches of {t.mbs // 2} halve the activations", {"micro_batch_size": t.mbs // 2}))
+    return out
+
+
+@rule("bigger_microbatch", P.HOST_LAUNCH_BOUND, P.FORWARD_COMPUTE, P.BACKWARD_COMPUTE)
+def bigger_microbatch(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """Host launch waits and small GEMMs: larger micro-batches launch fewer, larger kernels (when the pipeline
+    keeps enough micro-batches and memory allows)."""
+    t = d.train
+    launch = d.share(P.HOST_LAUNCH_BOUND)
+    if d.headroom_share < ROOMY_HEADROOM or t.gbs % (2 * t.mbs * t.dp):
+        return []
+    if t.pp > 1 and t.num_microbatches // 2 < 2 * t.pp:
+        return []
+    lead = (
+        f"host launch waits are {_pct(launch)} of the step"
+        if launch >= NOTABLE_SHARE
+        else f"compute is {_pct(d.share(P.FORWARD_COMPUTE, P.BACKWARD_COMPUTE))} of the step at micro-batches of {t.mbs}"
+    )
+    why = (
+        f"{lead} and {d.headroom_gib:.1f} GiB of HBM is free; micro-batches of {2 * t.mbs} launch half the kernels "
+        "and run larger, more efficient GEMMs"
+    )
+    return [(why, {"micro_batch_size": 2 * t.mbs})]
+
+
+# ---------------------------------------------------------------------------------------------- mixture of experts
+@rule("moe_dispatch", P.EP_COMM_EXPOSED)
+def moe_dispatch(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """Exposed expert all-to-all: overlap it with another micro-batch's compute, dispatch each token once per node
+    (DeepEP / HybridEP, Megatron's `flex` dispatcher), or keep the experts inside the NVLink domain."""
+    t = d.train
+    share = d.share(P.EP_COMM_EXPOSED)
+    if not d.model.is_moe or t.ep < 2 or share < NOTABLE_SHARE:
+        return []
+    head = f"the expert all-to-all is exposed for {_pct(share)} of the step at ep={t.ep}; "
+    out: list[tuple[str, dict[str, object]]] = []
+    if not t.moe_ep_overlap and t.framework in MEGATRON_FAMILY:
+        out.append((head + "overlapping it with another micro-batch's compute should hide it", {"moe_ep_overlap": True}))
+    if t.moe_token_dispatcher_type != "flex" and t.framework in MEGATRON_FAMILY:
+        out.append((head + "the flex dispatcher (DeepEP) sends each token once per node, not once per expert",
+                    {"moe_token_dispatcher_type": "flex"}))  # fmt: skip
+    gpn = d.system.gpus_per_node
+    if t.ep * t.etp > gpn and gpn % t.etp == 0 and d.model.num_experts % (gpn // t.etp) == 0:
+        ep = gpn // t.etp
+        out.append((head + f"ep={ep} keeps the all-to-all inside one {gpn}-GPU NVLink domain (more experts per GPU)",
+                    {"expert_model_parallel_size": ep}))  # fmt: skip
+    return out
+
+
+@rule("loss_fusion", P.FORWARD_COMPUTE, P.BACKWARD_COMPUTE)
+def loss_fusion(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+    """The vocab-parallel loss run as eager fp32 PyTorch moves about four times the logits' bytes of the fused
+    kernel (Megatron `--cross-entropy-loss-fusion`)."""
+    t = d.train
+    if t.cross_entropy_fusion or t.framework not in MEGATRON_FAMILY:
+        return []
+    return [("the loss runs unfused (eager fp32 over the logits) on the last stage; the fused kernel reads them once",
+             {"cross_entropy_fusion": True})]  # fmt: skip
+
+
+class RulesProposer:
+    """Every registered rule's proposals for the incumbent, the ones addressing the largest share first."""
+
+    name = "rules"
+
+    def __init__(self, rules: Sequence[str] | None = None) -> None:
+        unknown = [r for r in rules or () if r not in RULES]
+        if unknown:
+            from paraplan.errors import ConfigError
+
+            raise ConfigError(f"unknown agent rule(s) {', '.join(unknown)}: choose from {', '.join(RULES)}")
+        self.rules = [RULES[r] for r in rules] if rules else list(RULES.values())
+
+    def propose(self, incumbent: Diagnosis, history: Sequence[object]) -> ProposalRound:
+        scored: list[tuple[float, int, Proposal]] = []
+        for index, r in enumerate(self.rules):
+            weight = incumbent.share(*r.reads) if r.reads else 1.0  # memory rules first when over
+            for hypothesis, changes in r.propose(incumbent):
+                scored.append((-weight, index, Proposal(hypothesis, dict(changes), r.name)))
+        scored.sort(key=lambda item: (item[0], item[1]))
+        return ProposalRound([p for _, _, p in scored])
+
+    def skip_rounds(self, rounds: int) -> None:
+        """Rules read only the incumbent: nothing to skip."""
