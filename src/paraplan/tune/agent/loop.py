@@ -255,7 +255,9 @@ class _Loop:
         step.requested = {k: list(v) if isinstance(v, tuple) else v for k, v in proposal.changes.items()}
         step.incumbent_step_time_s = incumbent.step_time_s
         try:
-            train, step.adjustments = apply_changes(incumbent.model, incumbent.system, incumbent.train, proposal.changes)
+            train, step.adjustments = apply_changes(
+                incumbent.model, incumbent.system, incumbent.train, proposal.changes
+            )
         except ConfigError as exc:
             step.validator, step.reason = "refused: " + "; ".join(exc.problems), "not a change the agent may make"
             return step, None

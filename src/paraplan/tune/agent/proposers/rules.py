@@ -53,7 +53,7 @@ def _pct(share: float) -> str:
     return f"{100 * share:.1f}%"
 
 
-# ---------------------------------------------------------------------------------------------- the pipeline
+# --- the pipeline
 @rule("stage_balance", P.PIPELINE_BUBBLE)
 def stage_balance(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     """Unequal stages (embedding, loss, MTP, dense layers before MoE ones) make every other stage wait for the
@@ -74,12 +74,17 @@ def stage_balance(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     if layout is not None and layout != d.layout:
         after = max(costs.stage_s(layout))
         out.append(
-            (why + f"splitting the layers by their projected cost ({list(layout)}) should bring the heaviest stage "
-             f"to {1e3 * after:.1f} ms", {"pipeline_layout": layout})
-        )  # fmt: skip
+            (
+                why + f"splitting the layers by their projected cost ({list(layout)}) should bring the heaviest stage "
+                f"to {1e3 * after:.1f} ms",
+                {"pipeline_layout": layout},
+            )
+        )
     moved = move_one_layer(costs, d.layout)
     if moved is not None and moved != layout:
-        out.append((why + f"moving one layer off stage {heavy} ({list(moved)}) should shorten it", {"pipeline_layout": moved}))
+        out.append(
+            (why + f"moving one layer off stage {heavy} ({list(moved)}) should shorten it", {"pipeline_layout": moved})
+        )
     return out
 
 
@@ -161,7 +166,7 @@ def fewer_stages(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     return [(why, {"pipeline_model_parallel_size": t.pp // 2})]
 
 
-# ---------------------------------------------------------------------------------------------- data parallelism
+# --- data parallelism
 @rule("dp_overlap", P.DP_GRAD_REDUCE_EXPOSED, P.DP_PARAM_GATHER_EXPOSED, P.DP_PARAM_GATHER_WAIT)
 def dp_overlap(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     """Exposed data-parallel communication: overlap the gradient reduction with the backward, the parameter gather
@@ -170,12 +175,22 @@ def dp_overlap(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     out = []
     grad = d.share(P.DP_GRAD_REDUCE_EXPOSED)
     if grad >= NOTABLE_SHARE / 2 and not t.overlap_grad_reduce:
-        out.append((f"the gradient reduction is exposed for {_pct(grad)} of the step; overlapping it with the "
-                    "backward should hide most of it", {"overlap_grad_reduce": True}))  # fmt: skip
+        out.append(
+            (
+                f"the gradient reduction is exposed for {_pct(grad)} of the step; overlapping it with the "
+                "backward should hide most of it",
+                {"overlap_grad_reduce": True},
+            )
+        )
     gather = d.share(P.DP_PARAM_GATHER_EXPOSED)
     if gather >= NOTABLE_SHARE / 2 and t.shards_optimizer and not t.overlap_param_gather:
-        out.append((f"the parameter all-gather is exposed for {_pct(gather)} of the step; overlapping it with the "
-                    "next forward should hide it", {"overlap_param_gather": True}))  # fmt: skip
+        out.append(
+            (
+                f"the parameter all-gather is exposed for {_pct(gather)} of the step; overlapping it with the "
+                "next forward should hide it",
+                {"overlap_param_gather": True},
+            )
+        )
     return out
 
 
@@ -203,7 +218,7 @@ def fsdp_to_dist_opt(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     return [(why, {"fsdp": False, "zero_stage": 0, "use_distributed_optimizer": True})]
 
 
-# ---------------------------------------------------------------------------------------------- tensor and context parallelism
+# --- tensor and context parallelism
 @rule("tp_comm", P.TP_COMM_EXPOSED)
 def tp_comm(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     """Exposed tensor-parallel collectives: sequence parallelism (reduce-scatter + all-gather instead of
@@ -215,13 +230,21 @@ def tp_comm(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     head = f"tensor-parallel communication is exposed for {_pct(share)} of the step at tp={t.tp}; "
     out: list[tuple[str, dict[str, object]]] = []
     if not t.sequence_parallel:
-        out.append((head + "sequence parallelism splits its all-reduces and the norms' activations",
-                    {"sequence_parallel": True}))  # fmt: skip
+        out.append(
+            (
+                head + "sequence parallelism splits its all-reduces and the norms' activations",
+                {"sequence_parallel": True},
+            )
+        )
     elif not t.tp_comm_overlap and t.framework in MEGATRON_FAMILY:
         out.append((head + "overlapping it with the GEMMs should hide most of it", {"tp_comm_overlap": True}))
     if t.tp % 2 == 0:
-        out.append((head + f"tp={t.tp // 2} halves each collective's group and the GEMMs grow (memory permitting)",
-                    {"tensor_model_parallel_size": t.tp // 2}))  # fmt: skip
+        out.append(
+            (
+                head + f"tp={t.tp // 2} halves each collective's group and the GEMMs grow (memory permitting)",
+                {"tensor_model_parallel_size": t.tp // 2},
+            )
+        )
     return out
 
 
@@ -235,7 +258,7 @@ def cp_comm(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     return [(why + " exchanges less and attention hides more of it", {"context_parallel_size": t.cp // 2})]
 
 
-# ---------------------------------------------------------------------------------------------- memory and recompute
+# --- memory and recompute
 @rule("recompute_less", P.RECOMPUTE)
 def recompute_less(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     """Recomputation with memory to spare: recompute less (selective recomputes only attention's core, Korthikanti
@@ -250,11 +273,17 @@ def recompute_less(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
         per_chunk = max(d.layout) if d.train.pp > 1 else d.model.num_layers
         layers = t.recompute_num_layers or per_chunk
         out.append((head + "no recomputation keeps every activation", {"recompute_granularity": "none"}))
-        out.append((head + "selective recomputation keeps all but attention's core", {"recompute_granularity": "selective"}))
+        out.append(
+            (head + "selective recomputation keeps all but attention's core", {"recompute_granularity": "selective"})
+        )
         for fewer in sorted({layers // 2, layers - 1}, reverse=True):
             if 0 < fewer < layers:
-                out.append((head + f"recomputing {fewer} layers per chunk instead of {layers} keeps the rest",
-                            {"recompute_granularity": "full", "recompute_num_layers": fewer}))  # fmt: skip
+                out.append(
+                    (
+                        head + f"recomputing {fewer} layers per chunk instead of {layers} keeps the rest",
+                        {"recompute_granularity": "full", "recompute_num_layers": fewer},
+                    )
+                )
     elif t.recompute_granularity == "selective":
         out.append((head + "no recomputation keeps every activation", {"recompute_granularity": "none"}))
     return out
@@ -269,13 +298,23 @@ def memory_pressure(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     head = f"the peak of {d.peak_gib:.1f} GiB is over the usable {d.usable_gib:.1f} GiB; "
     out: list[tuple[str, dict[str, object]]] = []
     if t.recompute_granularity != "full" or t.recompute_num_layers is not None:
-        out.append((head + "full recomputation keeps one input per layer", {"recompute_granularity": "full",
-                                                                             "recompute_num_layers": None}))  # fmt: skip
+        out.append(
+            (
+                head + "full recomputation keeps one input per layer",
+                {"recompute_granularity": "full", "recompute_num_layers": None},
+            )
+        )
     if t.recompute_granularity == "none":
-        out.append((head + "selective recomputation drops attention's core activations",
-                    {"recompute_granularity": "selective"}))  # fmt: skip
+        out.append(
+            (
+                head + "selective recomputation drops attention's core activations",
+                {"recompute_granularity": "selective"},
+            )
+        )
     if t.framework in MEGATRON_FAMILY and t.dp > 1 and not t.shards_optimizer:
-        out.append((head + "the distributed optimizer shards the optimizer states", {"use_distributed_optimizer": True}))
+        out.append(
+            (head + "the distributed optimizer shards the optimizer states", {"use_distributed_optimizer": True})
+        )
     if t.mbs > 1:
         out.append((head + f"micro-batches of {t.mbs // 2} halve the activations", {"micro_batch_size": t.mbs // 2}))
     return out
@@ -291,10 +330,11 @@ def bigger_microbatch(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
         return []
     if t.pp > 1 and t.num_microbatches // 2 < 2 * t.pp:
         return []
+    compute = d.share(P.FORWARD_COMPUTE, P.BACKWARD_COMPUTE)
     lead = (
         f"host launch waits are {_pct(launch)} of the step"
         if launch >= NOTABLE_SHARE
-        else f"compute is {_pct(d.share(P.FORWARD_COMPUTE, P.BACKWARD_COMPUTE))} of the step at micro-batches of {t.mbs}"
+        else f"compute is {_pct(compute)} of the step at micro-batches of {t.mbs}"
     )
     why = (
         f"{lead} and {d.headroom_gib:.1f} GiB of HBM is free; micro-batches of {2 * t.mbs} launch half the kernels "
@@ -303,7 +343,7 @@ def bigger_microbatch(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     return [(why, {"micro_batch_size": 2 * t.mbs})]
 
 
-# ---------------------------------------------------------------------------------------------- mixture of experts
+# --- mixture of experts
 @rule("moe_dispatch", P.EP_COMM_EXPOSED)
 def moe_dispatch(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     """Exposed expert all-to-all: overlap it with another micro-batch's compute, dispatch each token once per node
@@ -315,15 +355,25 @@ def moe_dispatch(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     head = f"the expert all-to-all is exposed for {_pct(share)} of the step at ep={t.ep}; "
     out: list[tuple[str, dict[str, object]]] = []
     if not t.moe_ep_overlap and t.framework in MEGATRON_FAMILY:
-        out.append((head + "overlapping it with another micro-batch's compute should hide it", {"moe_ep_overlap": True}))
+        out.append(
+            (head + "overlapping it with another micro-batch's compute should hide it", {"moe_ep_overlap": True})
+        )
     if t.moe_token_dispatcher_type != "flex" and t.framework in MEGATRON_FAMILY:
-        out.append((head + "the flex dispatcher (DeepEP) sends each token once per node, not once per expert",
-                    {"moe_token_dispatcher_type": "flex"}))  # fmt: skip
+        out.append(
+            (
+                head + "the flex dispatcher (DeepEP) sends each token once per node, not once per expert",
+                {"moe_token_dispatcher_type": "flex"},
+            )
+        )
     gpn = d.system.gpus_per_node
     if t.ep * t.etp > gpn and gpn % t.etp == 0 and d.model.num_experts % (gpn // t.etp) == 0:
         ep = gpn // t.etp
-        out.append((head + f"ep={ep} keeps the all-to-all inside one {gpn}-GPU NVLink domain (more experts per GPU)",
-                    {"expert_model_parallel_size": ep}))  # fmt: skip
+        out.append(
+            (
+                head + f"ep={ep} keeps the all-to-all inside one {gpn}-GPU NVLink domain (more experts per GPU)",
+                {"expert_model_parallel_size": ep},
+            )
+        )
     return out
 
 
@@ -334,8 +384,12 @@ def loss_fusion(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
     t = d.train
     if t.cross_entropy_fusion or t.framework not in MEGATRON_FAMILY:
         return []
-    return [("the loss runs unfused (eager fp32 over the logits) on the last stage; the fused kernel reads them once",
-             {"cross_entropy_fusion": True})]  # fmt: skip
+    return [
+        (
+            "the loss runs unfused (eager fp32 over the logits) on the last stage; the fused kernel reads them once",
+            {"cross_entropy_fusion": True},
+        )
+    ]
 
 
 class RulesProposer:
