@@ -166,7 +166,7 @@ def _better(new: Diagnosis, incumbent: Diagnosis) -> str:
         return "fits, where the incumbent is over the usable memory"
     ratio = new.step_time_s / incumbent.step_time_s
     if ratio < 1 - SAME_TIME:
-        return f"faster: {incumbent.step_time_s:.3f} s -> {new.step_time_s:.3f} s ({100 * (ratio - 1):+.1f}%)"
+        return f"faster: {incumbent.step_time_s:.3f} s -> {new.step_time_s:.3f} s ({100 * (ratio - 1):+.2f}%)"
     if ratio <= 1 + SAME_TIME and new.peak_gib < incumbent.peak_gib - SAME_MEMORY_GIB:
         return f"as fast, {incumbent.peak_gib - new.peak_gib:.1f} GiB less memory"
     return ""
@@ -312,7 +312,7 @@ class _Loop:
                 step.reason = f"improves, but #{best[0].index if best else '?'} improves more"
             elif d.fits:
                 gain = step.gain_pct or 0.0
-                step.reason = f"slower ({-gain:+.1f}%)" if gain < -100 * SAME_TIME else "no faster"
+                step.reason = f"slower ({-gain:+.2f}%)" if gain < -100 * SAME_TIME else "no faster"
         self.commit(steps)
         if best is not None:
             self.incumbent = best[1]

@@ -80,7 +80,7 @@ def step_lines(step: AgentStep) -> list[str]:
     time_text = f"{step.step_time_s:.3f} s" if step.step_time_s is not None else "-"
     gain = step.gain_pct
     if gain is not None and step.kind == "proposal":
-        time_text += f" ({-gain:+.1f}%)"
+        time_text += f" ({-gain:+.2f}%)"
     head = f"#{step.index:<3} [{step.source}] {step.status.upper()}: {time_text}"
     if step.reason:
         head += f" - {step.reason}"

@@ -16,6 +16,7 @@ from paraplan.specs.schedule import SCHEDULES
 from paraplan.tune.agent.diagnosis import Diagnosis
 from paraplan.tune.agent.layout import balanced, move_one_layer
 from paraplan.tune.agent.proposers import Proposal, ProposalRound
+from paraplan.tune.agent.record import AgentStep
 from paraplan.tune.candidate import pipeline_split
 
 NOTABLE_SHARE = 0.02
@@ -30,20 +31,25 @@ FRAMEWORK_FORMAT = {"megatron-lm": "megatron", "nemo-megatron": "megatron", "tor
 """Which `PipelineSchedule.framework_names` key says a framework runs a schedule."""
 
 
+Proposals = list[tuple[str, dict[str, object]]]
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
     reads: tuple[P, ...]
     """The parts of the step the rule addresses (its proposals are ordered by their share)."""
-    propose: Callable[[Diagnosis], list[tuple[str, dict[str, object]]]]
+    propose: Callable[..., Proposals]
+    """(diagnosis) -> [(hypothesis, changes)]; with `history`, (diagnosis, the log so far)."""
+    history: bool = False
 
 
 RULES: dict[str, Rule] = {}
 
 
-def rule(name: str, *reads: P) -> Callable[[Callable[[Diagnosis], list[tuple[str, dict[str, object]]]]], Rule]:
-    def register(fn: Callable[[Diagnosis], list[tuple[str, dict[str, object]]]]) -> Rule:
-        RULES[name] = Rule(name, reads, fn)
+def rule(name: str, *reads: P, history: bool = False) -> Callable[[Callable[..., Proposals]], Rule]:
+    def register(fn: Callable[..., Proposals]) -> Rule:
+        RULES[name] = Rule(name, reads, fn, history)
         return RULES[name]
 
     return register
@@ -55,7 +61,7 @@ def _pct(share: float) -> str:
 
 # --- the pipeline
 @rule("stage_balance", P.PIPELINE_BUBBLE)
-def stage_balance(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def stage_balance(d: Diagnosis) -> Proposals:
     """Unequal stages (embedding, loss, MTP, dense layers before MoE ones) make every other stage wait for the
     heaviest: balance the layers by their projected cost."""
     costs, busy = d.layer_costs, d.stage_busy_s
@@ -97,7 +103,7 @@ def _schedules_run_by(framework: str, current: str) -> list[str]:
 
 
 @rule("interleave", P.PIPELINE_BUBBLE)
-def interleave(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def interleave(d: Diagnosis) -> Proposals:
     """Fill and drain cost about (pp - 1) / (vpp x m) of the pipeline phase (Narayanan et al. 2021, section 2.2):
     more virtual stages per rank shrink it, at the price of more point-to-point transfers. Virtual stage counts
     that split the layers evenly come first (Megatron's split); without one, the doubled count with a balanced
@@ -121,7 +127,7 @@ def interleave(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 
 @rule("more_microbatches", P.PIPELINE_BUBBLE)
-def more_microbatches(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def more_microbatches(d: Diagnosis) -> Proposals:
     """Smaller micro-batches: more of them per step, so the fill and drain are a smaller share."""
     t = d.train
     share = d.share(P.PIPELINE_BUBBLE)
@@ -135,7 +141,7 @@ def more_microbatches(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 
 @rule("schedule", P.PIPELINE_BUBBLE)
-def other_schedule(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def other_schedule(d: Diagnosis) -> Proposals:
     """Schedules the framework runs that fill the bubble otherwise (zero-bubble's split backward, V shapes)."""
     t = d.train
     share = d.share(P.PIPELINE_BUBBLE)
@@ -153,7 +159,7 @@ def other_schedule(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 
 @rule("fewer_stages", P.PIPELINE_BUBBLE, P.PP_P2P_EXPOSED)
-def fewer_stages(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def fewer_stages(d: Diagnosis) -> Proposals:
     """With memory to spare, fewer pipeline stages (more data parallelism) shrink the bubble outright."""
     t = d.train
     share = d.share(P.PIPELINE_BUBBLE, P.PP_P2P_EXPOSED)
@@ -168,7 +174,7 @@ def fewer_stages(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 # --- data parallelism
 @rule("dp_overlap", P.DP_GRAD_REDUCE_EXPOSED, P.DP_PARAM_GATHER_EXPOSED, P.DP_PARAM_GATHER_WAIT)
-def dp_overlap(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def dp_overlap(d: Diagnosis) -> Proposals:
     """Exposed data-parallel communication: overlap the gradient reduction with the backward, the parameter gather
     with the forward (Megatron `--overlap-grad-reduce`, `--overlap-param-gather`)."""
     t = d.train
@@ -195,7 +201,7 @@ def dp_overlap(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 
 @rule("distributed_optimizer", P.DP_GRAD_REDUCE_EXPOSED, P.OPTIMIZER)
-def distributed_optimizer(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def distributed_optimizer(d: Diagnosis) -> Proposals:
     """Replicated optimizer states: sharding them (ZeRO-1, Megatron's distributed optimizer) frees memory and turns
     the all-reduce into a reduce-scatter and an all-gather that overlap."""
     t = d.train
@@ -209,7 +215,7 @@ def distributed_optimizer(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 
 @rule("fsdp_to_dist_opt", P.FSDP_EXPOSED)
-def fsdp_to_dist_opt(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def fsdp_to_dist_opt(d: Diagnosis) -> Proposals:
     t = d.train
     share = d.share(P.FSDP_EXPOSED)
     if t.framework not in MEGATRON_FAMILY or not t.fsdp or share < NOTABLE_SHARE or d.headroom_share < ROOMY_HEADROOM:
@@ -220,7 +226,7 @@ def fsdp_to_dist_opt(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 # --- tensor and context parallelism
 @rule("tp_comm", P.TP_COMM_EXPOSED)
-def tp_comm(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def tp_comm(d: Diagnosis) -> Proposals:
     """Exposed tensor-parallel collectives: sequence parallelism (reduce-scatter + all-gather instead of
     all-reduce, Korthikanti et al. 2022), overlap with the GEMMs (TransformerEngine userbuffers), or a smaller tp."""
     t = d.train
@@ -249,7 +255,7 @@ def tp_comm(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 
 @rule("cp_comm", P.CP_COMM_EXPOSED)
-def cp_comm(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def cp_comm(d: Diagnosis) -> Proposals:
     t = d.train
     share = d.share(P.CP_COMM_EXPOSED)
     if t.cp < 2 or t.cp % 2 or share < NOTABLE_SHARE:
@@ -260,7 +266,7 @@ def cp_comm(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 # --- memory and recompute
 @rule("recompute_less", P.RECOMPUTE)
-def recompute_less(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def recompute_less(d: Diagnosis) -> Proposals:
     """Recomputation with memory to spare: recompute less (selective recomputes only attention's core, Korthikanti
     et al. 2022; full recompute of fewer layers per chunk, Megatron `--recompute-num-layers`)."""
     t = d.train
@@ -290,7 +296,7 @@ def recompute_less(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 
 @rule("memory_pressure")
-def memory_pressure(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def memory_pressure(d: Diagnosis) -> Proposals:
     """Over the usable HBM: recompute, shard the optimizer, smaller micro-batches."""
     t = d.train
     if d.fits:
@@ -321,7 +327,7 @@ def memory_pressure(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 
 @rule("bigger_microbatch", P.HOST_LAUNCH_BOUND, P.FORWARD_COMPUTE, P.BACKWARD_COMPUTE)
-def bigger_microbatch(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def bigger_microbatch(d: Diagnosis) -> Proposals:
     """Host launch waits and small GEMMs: larger micro-batches launch fewer, larger kernels (when the pipeline
     keeps enough micro-batches and memory allows)."""
     t = d.train
@@ -345,7 +351,7 @@ def bigger_microbatch(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 # --- mixture of experts
 @rule("moe_dispatch", P.EP_COMM_EXPOSED)
-def moe_dispatch(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def moe_dispatch(d: Diagnosis) -> Proposals:
     """Exposed expert all-to-all: overlap it with another micro-batch's compute, dispatch each token once per node
     (DeepEP / HybridEP, Megatron's `flex` dispatcher), or keep the experts inside the NVLink domain."""
     t = d.train
@@ -378,7 +384,7 @@ def moe_dispatch(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
 
 
 @rule("loss_fusion", P.FORWARD_COMPUTE, P.BACKWARD_COMPUTE)
-def loss_fusion(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
+def loss_fusion(d: Diagnosis) -> Proposals:
     """The vocab-parallel loss run as eager fp32 PyTorch moves about four times the logits' bytes of the fused
     kernel (Megatron `--cross-entropy-loss-fusion`)."""
     t = d.train
@@ -390,6 +396,29 @@ def loss_fusion(d: Diagnosis) -> list[tuple[str, dict[str, object]]]:
             {"cross_entropy_fusion": True},
         )
     ]
+
+
+@rule("memory_rescue", history=True)
+def memory_rescue(d: Diagnosis, history: Sequence[AgentStep]) -> Proposals:
+    """A proposal of the last round that projected faster but did not fit: the same change, paying the memory with
+    recomputation (selective first: it recomputes least, Korthikanti et al. 2022)."""
+    last = max((s.round for s in history), default=0)
+    out: Proposals = []
+    for step in history:
+        if step.round != last or step.kind != "proposal" or step.memory_fits is not False or (step.gain_pct or 0) <= 0:
+            continue
+        if "recompute_granularity" in step.requested or step.source == "memory_rescue":
+            continue
+        head = (
+            f"#{step.index} ({step.source}) projected {step.gain_pct:.1f}% faster but peaked at "
+            f"{step.peak_gib:.1f} GiB of {d.usable_gib:.1f} usable; "
+        )
+        for mode in ("selective", "full"):
+            if mode == d.train.recompute_granularity and d.train.recompute_num_layers is None:
+                continue
+            changes = {**step.requested, "recompute_granularity": mode, "recompute_num_layers": None}
+            out.append((head + f"{mode} recomputation may pay for it", changes))
+    return out
 
 
 class RulesProposer:
@@ -405,11 +434,12 @@ class RulesProposer:
             raise ConfigError(f"unknown agent rule(s) {', '.join(unknown)}: choose from {', '.join(RULES)}")
         self.rules = [RULES[r] for r in rules] if rules else list(RULES.values())
 
-    def propose(self, incumbent: Diagnosis, history: Sequence[object]) -> ProposalRound:
+    def propose(self, incumbent: Diagnosis, history: Sequence[AgentStep]) -> ProposalRound:
         scored: list[tuple[float, int, Proposal]] = []
         for index, r in enumerate(self.rules):
-            weight = incumbent.share(*r.reads) if r.reads else 1.0  # memory rules first when over
-            for hypothesis, changes in r.propose(incumbent):
+            weight = incumbent.share(*r.reads) if r.reads else 1.0  # memory rules first
+            found = r.propose(incumbent, history) if r.history else r.propose(incumbent)
+            for hypothesis, changes in found:
                 scored.append((-weight, index, Proposal(hypothesis, dict(changes), r.name)))
         scored.sort(key=lambda item: (item[0], item[1]))
         return ProposalRound([p for _, _, p in scored])

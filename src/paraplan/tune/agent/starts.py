@@ -1,0 +1,60 @@
+"""Where the agent starts: the search's best and the seed planner's best, or a published recipe read with the
+config format readers (`formats.read_config`: Megatron-LM arguments, NeMo / Megatron-Bridge, Primus, torchtitan)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paraplan.errors import ConfigError
+from paraplan.formats import read_config
+from paraplan.specs.model import ModelSpec
+from paraplan.specs.system import SystemSpec
+from paraplan.specs.validate import check
+from paraplan.tune.agent.loop import StartPoint
+from paraplan.tune.candidate import TuneProblem
+from paraplan.tune.reproduce import training_of
+from paraplan.tune.tuner import TuneResult, rank, score
+
+
+def search_starts(result: TuneResult) -> list[StartPoint]:
+    """The search's best and, when another, the seed planner's best (fitting ones, on the first GPU count)."""
+    if not result.top:
+        raise ConfigError("the search found no configuration that fits: the agent has nowhere to start")
+    problem = result.problem
+    best = result.top[0]
+    starts = [StartPoint(f"search best ({best.source})", training_of(problem, best.candidate, best.train))]
+    seeds = [e for e in rank(result.evaluations, len(result.evaluations)) if e.source == "seed"]
+    if seeds and seeds[0] is not best and score(seeds[0]) > 0:
+        seed = seeds[0]
+        starts.append(StartPoint("seed planner best", training_of(problem, seed.candidate, seed.train)))
+    return starts
+
+
+def recipe_start(
+    path: str | Path,
+    system: SystemSpec | None = None,
+    *,
+    gpu: str | None = None,
+    num_gpus: int | None = None,
+    fmt: str | None = None,
+    model: ModelSpec | None = None,
+) -> tuple[TuneProblem, StartPoint]:
+    """(the problem a recipe poses, the recipe as a starting point). `system` (or `gpu` and the GPU count, the
+    file's when it states one) is where it runs; `model` stands in where the file does not describe one."""
+    num_gpus = num_gpus or (system.num_gpus if system is not None else None)
+    read = read_config(path, fmt, num_gpus=num_gpus, model=model)
+    found = read.model or model
+    if found is None:
+        raise ConfigError(f"{path}: describes no model; give one (--model)")
+    if system is None:
+        from paraplan.api import resolve_system
+
+        if gpu is None:
+            raise ConfigError("the recipe's GPU is needed (--gpu PRESET)")
+        count = num_gpus or read.hints.num_gpus
+        if count is None:
+            raise ConfigError(f"{path}: states no GPU count; give one (--gpus N)")
+        system = resolve_system(gpu, count)
+    train = check(found, system, read.train)
+    problem = TuneProblem(found, (system,), train.gbs, train.seq, train, model_ref=str(path), gpu_ref=gpu or "")
+    return problem, StartPoint(f"recipe {Path(path).name}", train)
