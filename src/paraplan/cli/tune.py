@@ -11,6 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from paraplan.cli import agent as agent_cli
 from paraplan.cli import reports
 from paraplan.cli.common import (
     AnalyticOpt,
@@ -178,10 +179,36 @@ def tune_command(
     analytic: AnalyticOpt = False,
     html: reports.HtmlOpt = None,
     png: reports.PngOpt = None,
+    agent: agent_cli.AgentOpt = False,
+    agent_proposer: agent_cli.AgentProposerOpt = "rules",
+    agent_budget: agent_cli.AgentBudgetOpt = agent_cli.DEFAULT_BUDGET,
+    agent_time_limit: agent_cli.AgentTimeOpt = None,
+    agent_transcript: agent_cli.AgentTranscriptOpt = None,
+    agent_start: agent_cli.AgentStartOpt = None,
 ) -> None:
     """Search parallel configurations; show the fastest that fit in memory."""
     check_outputs({"--csv": csv_path})
     reports.check(html, png)
+    agent_options = None
+    if agent or agent_start:
+        if candidates_file:
+            raise ConfigError("--agent starts from the search's best or --agent-start, not from --candidates")
+        agent_options = agent_cli.agent_options(
+            agent_proposer, agent_budget, agent_time_limit, agent_transcript, study, llm_url, llm_model
+        )
+        if agent_proposer == "llm":
+            llm_url = llm_model = None  # the agent asks the endpoint, not the search's proposal rounds
+    if agent_start:
+        assert agent_options is not None
+        start_problem, start = _recipe(
+            agent_start, model, gpu, gpus, system_file, gpus_per_node, nic_gbps, profile, analytic
+        )
+        agent_result = agent_cli.run(start_problem, [start], agent_options, show=not as_json)
+        if as_json:
+            print(agent_cli.dump(agent_result))
+        else:
+            agent_cli.print_summary(agent_result)
+        return
     problems: list[str] = []
     if gbs is None or gbs < 1:
         problems.append("--gbs (global batch size) is required and must be >= 1")
@@ -240,13 +267,54 @@ def tune_command(
     if csv_path:
         write_csv(result, csv_path)
     explanation = _explanation(result) if explain_winner else None
+    agent_result = None
+    if agent_options is not None and not result.interrupted:
+        from paraplan.tune.agent.starts import search_starts
+
+        if not as_json:
+            print_result(result, explanation)
+        agent_result = agent_cli.run(problem, search_starts(result), agent_options, show=not as_json)
+        if not as_json:
+            agent_cli.print_summary(agent_result)
     if as_json:
-        print(json.dumps(result_dict(result, explanation), default=float))
-    else:
+        out = result_dict(result, explanation)
+        if agent_result is not None:
+            out["agent"] = agent_result.to_dict()
+        print(json.dumps(out, default=float))
+    elif agent_result is None:
         print_result(result, explanation)
     reports.write_tune(html, png, result, [evaluation_dict(result, e) for e in result.top])
     if result.interrupted:
         raise typer.Exit(130)
+
+
+def _recipe(
+    path: str,
+    model: str | None,
+    gpu: str | None,
+    gpus: str | None,
+    system_file: str | None,
+    gpus_per_node: int | None,
+    nic_gbps: float | None,
+    profile: str | None,
+    analytic: bool,
+):  # noqa: ANN202 - (TuneProblem, StartPoint)
+    """The problem a recipe poses and the recipe as the agent's start (--agent-start)."""
+    from dataclasses import replace
+
+    from paraplan.formats import read_config
+    from paraplan.tune.agent.starts import recipe_start
+
+    stand_in = model_from_options(model, {}) if model else None
+    counts = _gpu_counts(gpus) if gpus else [read_config(path, num_gpus=None, model=stand_in).hints.num_gpus or 0]
+    if not counts[0]:
+        raise ConfigError(f"--agent-start {path}: states no GPU count; give one (--gpus N)")
+    if len(counts) > 1:
+        raise ConfigError("--agent-start takes one GPU count (--gpus N)")
+    system = _systems(gpu, counts, system_file, {"gpus_per_node": gpus_per_node, "nic_gbps": nic_gbps})[0]
+    problem, start = recipe_start(path, system, model=stand_in)
+    fitted = fitted_profile(profile, system.gpu.name, analytic)
+    return replace(problem, gpu_ref=gpu or "", profile=fitted), start
 
 
 def _run(
