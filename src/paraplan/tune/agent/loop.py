@@ -378,7 +378,8 @@ def run_agent(
                 for s in loop.steps[before:]:
                     progress(s)
             if not more:
-                stopped = "the proposer has nothing more to propose"
+                rules = proposer.name == "rules"
+                stopped = "no rule applies to the incumbent" if rules else "the proposer has nothing more to propose"
                 break
             if not kept and proposer.name == "rules" and len(loop.steps) == before:
                 stopped = "every rule's proposal for the incumbent was tried"

@@ -297,32 +297,46 @@ def recompute_less(d: Diagnosis) -> Proposals:
 
 @rule("memory_pressure")
 def memory_pressure(d: Diagnosis) -> Proposals:
-    """Over the usable HBM: recompute, shard the optimizer, smaller micro-batches."""
+    """Over the usable HBM: the memory savers one after another, each proposal adding the next (full recompute
+    keeps one input per layer; the distributed optimizer shards the optimizer states; smaller micro-batches;
+    then more pipeline stages or a wider tp inside the node), so that one of them fits."""
     t = d.train
     if d.fits:
         return []
     head = f"the peak of {d.peak_gib:.1f} GiB is over the usable {d.usable_gib:.1f} GiB; "
-    out: list[tuple[str, dict[str, object]]] = []
+    savers: list[tuple[str, dict[str, object]]] = []
+    if t.recompute_granularity == "none":
+        savers.append(
+            ("selective recomputation drops attention's core activations", {"recompute_granularity": "selective"})
+        )
     if t.recompute_granularity != "full" or t.recompute_num_layers is not None:
-        out.append(
+        savers.append(
             (
-                head + "full recomputation keeps one input per layer",
+                "full recomputation keeps one input per layer",
                 {"recompute_granularity": "full", "recompute_num_layers": None},
             )
         )
-    if t.recompute_granularity == "none":
+    if t.framework in MEGATRON_FAMILY and t.dp > 1 and not t.shards_optimizer:
+        savers.append(("the distributed optimizer shards the optimizer states", {"use_distributed_optimizer": True}))
+    if t.mbs > 1:
+        savers.append((f"micro-batches of {t.mbs // 2} halve the activations", {"micro_batch_size": t.mbs // 2}))
+    out: Proposals = []
+    done: list[str] = []
+    changes: dict[str, object] = {}
+    for text, change in savers:
+        if change.get("recompute_granularity") == "full":
+            changes.pop("recompute_granularity", None)
+            done = [x for x in done if "selective" not in x]
+        changes = {**changes, **change}
+        done.append(text)
+        out.append((head + "; ".join(done), dict(changes)))
+    if t.pp * 2 <= d.model.num_layers and t.dp % 2 == 0:
         out.append(
             (
-                head + "selective recomputation drops attention's core activations",
-                {"recompute_granularity": "selective"},
+                head + "; ".join([*done, f"pp={2 * t.pp} halves the layers per GPU"]),
+                {**changes, "pipeline_model_parallel_size": 2 * t.pp},
             )
         )
-    if t.framework in MEGATRON_FAMILY and t.dp > 1 and not t.shards_optimizer:
-        out.append(
-            (head + "the distributed optimizer shards the optimizer states", {"use_distributed_optimizer": True})
-        )
-    if t.mbs > 1:
-        out.append((head + f"micro-batches of {t.mbs // 2} halve the activations", {"micro_batch_size": t.mbs // 2}))
     return out
 
 
