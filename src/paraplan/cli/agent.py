@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from paraplan.cli.common import console
+from paraplan.cli.common import check_outputs, console
 from paraplan.errors import ConfigError
 from paraplan.tune.agent import PROPOSERS, AgentOptions, AgentResult, AgentStep, StartPoint, run_agent
 from paraplan.tune.agent.loop import DEFAULT_BUDGET
@@ -58,6 +58,7 @@ def agent_options(
     if proposer == "llm":
         from paraplan.tune.agent.proposers.llm import config_from
 
+        check_outputs({"--agent-transcript": transcript})  # the replies are appended there
         llm = config_from(llm_url, llm_model)
     options = AgentOptions(
         proposer=proposer,
@@ -70,6 +71,10 @@ def agent_options(
     problems = options.problems()
     if problems:
         raise ConfigError(problems)
+    if proposer == "replay" and transcript:
+        from paraplan.tune.agent.proposers.replay import read_transcript
+
+        read_transcript(transcript)  # a missing or malformed transcript is refused before any work
     return options
 
 

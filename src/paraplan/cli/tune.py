@@ -305,14 +305,15 @@ def _recipe(
     from paraplan.formats import read_config
     from paraplan.tune.agent.starts import recipe_start
 
+    read_text_file(Path(path), "--agent-start")  # a file, readable, text: not a string of arguments
     stand_in = model_from_options(model, {}) if model else None
-    counts = _gpu_counts(gpus) if gpus else [read_config(path, num_gpus=None, model=stand_in).hints.num_gpus or 0]
+    counts = _gpu_counts(gpus) if gpus else [read_config(Path(path), model=stand_in).hints.num_gpus or 0]
     if not counts[0]:
         raise ConfigError(f"--agent-start {path}: states no GPU count; give one (--gpus N)")
     if len(counts) > 1:
         raise ConfigError("--agent-start takes one GPU count (--gpus N)")
     system = _systems(gpu, counts, system_file, {"gpus_per_node": gpus_per_node, "nic_gbps": nic_gbps})[0]
-    problem, start = recipe_start(path, system, model=stand_in)
+    problem, start = recipe_start(Path(path), system, model=stand_in)
     fitted = fitted_profile(profile, system.gpu.name, analytic)
     return replace(problem, gpu_ref=gpu or "", profile=fitted), start
 

@@ -47,7 +47,9 @@ def test_replayed_transcript_goes_through_every_check(mixtral_recipe: Path, tran
     for step in result.steps[1:]:
         by_round.setdefault(step.round, []).append(step)
     kept, refused = by_round[1]
-    assert kept.status == "kept" and kept.source == "llm" and kept.changes == {"recompute_granularity": ["full", "none"]}
+    assert (
+        kept.status == "kept" and kept.source == "llm" and kept.changes == {"recompute_granularity": ["full", "none"]}
+    )
     assert kept.validator == "passed" and kept.memory_fits and "23%" in kept.hypothesis
     assert refused.status == "dropped" and refused.validator.startswith("refused: precision")
     (malformed,) = by_round[2]

@@ -42,7 +42,7 @@ def recipe_start(
     """(the problem a recipe poses, the recipe as a starting point). `system` (or `gpu` and the GPU count, the
     file's when it states one) is where it runs; `model` stands in where the file does not describe one."""
     num_gpus = num_gpus or (system.num_gpus if system is not None else None)
-    read = read_config(path, fmt, num_gpus=num_gpus, model=model)
+    read = read_config(Path(path), fmt, num_gpus=num_gpus, model=model)  # a file, never a string of arguments
     found = read.model or model
     if found is None:
         raise ConfigError(f"{path}: describes no model; give one (--model)")
