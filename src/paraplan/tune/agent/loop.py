@@ -354,7 +354,7 @@ def run_agent(
         rounds = loop.resume(loaded) if loaded else 0
         if loaded:
             notes.append(f"resumed {len(loaded)} steps ({rounds} rounds) from {options.study_path}")
-            proposer.skip_rounds(sum(1 for r in range(1, rounds + 1)))
+            proposer.skip_rounds(rounds)
         else:
             loop.start(starts)
         shown = 0 if loaded else len(loop.steps)

@@ -8,12 +8,13 @@ from pathlib import Path
 from paraplan.errors import ConfigError
 from paraplan.formats import read_config
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.presets import system_preset
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.validate import check
 from paraplan.tune.agent.loop import StartPoint
 from paraplan.tune.candidate import TuneProblem
 from paraplan.tune.reproduce import training_of
-from paraplan.tune.tuner import TuneResult, rank, score
+from paraplan.tune.tuner import TuneResult, rank
 
 
 def search_starts(result: TuneResult) -> list[StartPoint]:
@@ -24,7 +25,7 @@ def search_starts(result: TuneResult) -> list[StartPoint]:
     best = result.top[0]
     starts = [StartPoint(f"search best ({best.source})", training_of(problem, best.candidate, best.train))]
     seeds = [e for e in rank(result.evaluations, len(result.evaluations)) if e.source == "seed"]
-    if seeds and seeds[0] is not best and score(seeds[0]) > 0:
+    if seeds and seeds[0] is not best:
         seed = seeds[0]
         starts.append(StartPoint("seed planner best", training_of(problem, seed.candidate, seed.train)))
     return starts
@@ -47,14 +48,12 @@ def recipe_start(
     if found is None:
         raise ConfigError(f"{path}: describes no model; give one (--model)")
     if system is None:
-        from paraplan.api import resolve_system
-
         if gpu is None:
             raise ConfigError("the recipe's GPU is needed (--gpu PRESET)")
         count = num_gpus or read.hints.num_gpus
         if count is None:
             raise ConfigError(f"{path}: states no GPU count; give one (--gpus N)")
-        system = resolve_system(gpu, count)
+        system = system_preset(gpu, count)
     train = check(found, system, read.train)
     problem = TuneProblem(found, (system,), train.gbs, train.seq, train, model_ref=str(path), gpu_ref=gpu or "")
     return problem, StartPoint(f"recipe {Path(path).name}", train)
