@@ -135,3 +135,19 @@ def test_tune_then_agent_from_the_search_and_seed_best() -> None:
     starts = [s for s in agent.steps if s.kind == "start"]
     assert starts[0].source.startswith("search best") and starts[0].step_time_s == result.top[0].step_time_s
     assert agent.best.step_time_s <= result.top[0].step_time_s
+
+
+def test_the_rules_agent_touches_no_network(mixtral_recipe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    import urllib.request
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the rules agent opened a connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    monkeypatch.setenv("PARAPLAN_LLM_URL", "http://127.0.0.1:9/v1")  # configured, but not the chosen proposer
+    monkeypatch.setenv("PARAPLAN_LLM_MODEL", "m")
+    problem, start = recipe_start(mixtral_recipe, gpu="h100-sxm5-80gb")
+    result = run_agent(problem, [start], AgentOptions(budget=10))
+    assert result.proposer == "rules" and result.path
