@@ -141,3 +141,24 @@ def test_prompt_holds_history_and_no_config(mixtral_recipe: Path) -> None:
     assert "JSON" in messages[0]["content"] and json.loads(messages[1]["content"])["log"] == []
     proposer = llm_proposer(LLMConfig(url="http://127.0.0.1:9", model="m", api_key=SECRET))
     assert proposer.secret == SECRET and proposer.record is None
+
+
+def test_odd_replies_are_judged_not_crashed_on(mixtral_recipe: Path, tmp_path: Path) -> None:
+    replies = [
+        {"hypothesis": "negative layers", "changes": {"pipeline_layout": [-1] * 31 + [63]}},
+        {"hypothesis": "a word for a count", "changes": {"tp": "two"}},
+        {"hypothesis": "a huge vpp", "changes": {"vpp": 100000}},
+        {"hypothesis": "what it already is", "changes": {"recompute_num_layers": None}},
+        {"hypothesis": "an unknown dispatcher", "changes": {"moe_token_dispatcher_type": "deepep"}},
+    ]
+    path = tmp_path / "odd.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in replies))
+    problem, start = recipe_start(mixtral_recipe, gpu="h100-sxm5-80gb")
+    result = run_agent(problem, [start], AgentOptions(proposer="replay", transcript=str(path)))
+    negative, word, huge, same, dispatcher = result.steps[1:]
+    assert negative.reason == "illegal" and ">= 0" in negative.validator
+    assert word.validator.startswith("refused:") and "must be an integer" in word.validator
+    assert huge.reason == "illegal" and "model stages" in huge.validator
+    assert same.status == "skipped" and same.reason == "already judged at #0"
+    assert dispatcher.reason == "illegal" and "deepep" in dispatcher.validator
+    assert result.proposals == 4 and not result.path

@@ -102,7 +102,7 @@ class AgentResult:
 
     @property
     def proposals(self) -> int:
-        return sum(1 for s in self.steps if s.kind == "proposal")
+        return sum(1 for s in self.steps if s.kind == "proposal" and s.status != "skipped")
 
     @property
     def gain_pct(self) -> float:
@@ -183,7 +183,8 @@ class _Loop:
     ) -> None:
         self.problem, self.options, self.proposer, self.study = problem, options, proposer, study
         self.steps: list[AgentStep] = []
-        self.tried: set[str] = set()
+        self.tried: dict[str, int] = {}
+        """Each spec judged (its key) -> the step that judged it."""
         self.incumbent: Diagnosis | None = None
         self.started = time.monotonic()
 
@@ -194,7 +195,7 @@ class _Loop:
 
     @property
     def judged(self) -> int:
-        return sum(1 for s in self.steps if s.kind == "proposal")
+        return sum(1 for s in self.steps if s.kind == "proposal" and s.status != "skipped")
 
     def commit(self, steps: list[AgentStep]) -> None:
         self.steps += steps
@@ -209,7 +210,7 @@ class _Loop:
     def resume(self, loaded: list[AgentStep]) -> int:
         """Take up a recorded run: its steps, what it tried, its incumbent. Returns the rounds it played."""
         self.steps = list(loaded)
-        self.tried = {json.dumps(s.spec, sort_keys=True) for s in loaded if s.spec is not None}
+        self.tried = {json.dumps(s.spec, sort_keys=True): s.index for s in loaded if s.spec is not None}
         kept = [s for s in loaded if s.status == "kept" and s.spec is not None]
         if kept:
             self.incumbent = diagnose(self.problem, spec_from_json(kept[-1].spec))  # type: ignore[arg-type]
@@ -227,7 +228,7 @@ class _Loop:
                 step.validator, step.status, step.reason = "; ".join(exc.problems), "skipped", "illegal"
                 continue
             self._fill(step, d)
-            self.tried.add(json.dumps(step.spec, sort_keys=True))
+            self.tried[json.dumps(step.spec, sort_keys=True)] = step.index
             candidates.append((step, d))
         if not candidates:
             problems = [f"{s.source}: {s.validator}" for s in steps]
@@ -263,8 +264,11 @@ class _Loop:
             return step, None
         key = json.dumps(spec_to_json(train), sort_keys=True)
         if key in self.tried:
-            return None
-        self.tried.add(key)
+            if proposal.source != "llm":
+                return None  # a rule proposes what follows from the incumbent: a repeat is no news
+            step.status, step.reason = "skipped", f"already judged at #{self.tried[key]}"
+            return step, None
+        self.tried[key] = step.index
         step.changes = {k: [_plain(a), _plain(b)] for k, (a, b) in diff(incumbent.train, train).items()}
         try:
             d = diagnose(self.problem, train)
@@ -275,7 +279,7 @@ class _Loop:
             step.validator, step.reason = f"projection failed: {type(exc).__name__}: {exc}", "illegal"
             return step, None
         self._fill(step, d)
-        self.tried.add(json.dumps(step.spec, sort_keys=True))
+        self.tried.setdefault(json.dumps(step.spec, sort_keys=True), step.index)
         if not d.fits:
             step.reason = "over the usable memory"
         return step, d
@@ -291,7 +295,8 @@ class _Loop:
             steps.append(step)
         judged: list[tuple[AgentStep, Diagnosis]] = []
         for proposal in answer.proposals:
-            if self.judged + sum(s.kind == "proposal" for s in steps) >= self.options.budget or self.out_of_time():
+            judged_now = sum(s.kind == "proposal" and s.status != "skipped" for s in steps)
+            if self.judged + judged_now >= self.options.budget or self.out_of_time():
                 break
             result = self.judge(round_, proposal, len(steps))
             if result is None:
