@@ -86,7 +86,7 @@ def tune_agent(
     problem = TuneProblem(resolve_model(model), (system,), gbs, seq, base or TrainingSpec())
     search = search or TuneOptions(study_path=options.study_path if options else None)
     result = tune(problem, limits, search)
-    return result, run_agent(problem, search_starts(result), options)
+    return result, run_agent(*search_starts(result), options)
 
 
 def agent_from_recipe(

@@ -273,7 +273,7 @@ def tune_command(
 
         if not as_json:
             print_result(result, explanation)
-        agent_result = agent_cli.run(problem, search_starts(result), agent_options, show=not as_json)
+        agent_result = agent_cli.run(*search_starts(result), agent_options, show=not as_json)
         if not as_json:
             agent_cli.print_summary(agent_result)
     if as_json:

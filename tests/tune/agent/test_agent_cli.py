@@ -89,3 +89,20 @@ def test_file_options_refuse_folders_missing_and_binary_files(mixtral_recipe: Pa
                 args,
                 result.output,
             )
+
+
+def test_agent_after_a_search_over_several_gpu_counts_keeps_the_winning_count() -> None:
+    args = [*SEARCH[:6], "8,16", *SEARCH[7:], "--agent", "--agent-budget", "3", "--json", "--top", "1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    best = out["top"][0]
+    start = out["agent"]["steps"][0]
+    assert start["step_time_s"] == best["step_time_s"]
+    assert (
+        start["spec"]["data_parallel_size"]
+        * start["spec"]["tensor_model_parallel_size"]
+        * start["spec"]["pipeline_model_parallel_size"]
+        * start["spec"]["context_parallel_size"]
+        == best["num_gpus"]
+    )

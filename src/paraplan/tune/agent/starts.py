@@ -3,6 +3,7 @@ config format readers (`formats.read_config`: Megatron-LM arguments, NeMo / Mega
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from paraplan.errors import ConfigError
@@ -17,18 +18,20 @@ from paraplan.tune.reproduce import training_of
 from paraplan.tune.tuner import TuneResult, rank
 
 
-def search_starts(result: TuneResult) -> list[StartPoint]:
-    """The search's best and, when another, the seed planner's best (fitting ones, on the first GPU count)."""
+def search_starts(result: TuneResult) -> tuple[TuneProblem, list[StartPoint]]:
+    """(the problem on the best's GPU count, the search's best and, when another, the seed planner's best on that
+    count): the agent keeps the job's GPU count, so a search over several counts hands it the winning one."""
     if not result.top:
         raise ConfigError("the search found no configuration that fits: the agent has nowhere to start")
-    problem = result.problem
     best = result.top[0]
+    gpus = best.candidate.num_gpus
+    problem = replace(result.problem, systems=(result.problem.system(gpus),))
     starts = [StartPoint(f"search best ({best.source})", training_of(problem, best.candidate, best.train))]
-    seeds = [e for e in rank(result.evaluations, len(result.evaluations)) if e.source == "seed"]
+    ranked = rank(result.evaluations, len(result.evaluations))
+    seeds = [e for e in ranked if e.source == "seed" and e.candidate.num_gpus == gpus]
     if seeds and seeds[0] is not best:
-        seed = seeds[0]
-        starts.append(StartPoint("seed planner best", training_of(problem, seed.candidate, seed.train)))
-    return starts
+        starts.append(StartPoint("seed planner best", training_of(problem, seeds[0].candidate, seeds[0].train)))
+    return problem, starts
 
 
 def recipe_start(
