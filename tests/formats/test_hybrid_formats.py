@@ -22,6 +22,11 @@ PLANS = {
     "nemotron-3-nano-30b-a3b": dict(tp=2, ep=8, sp=True, gbs=64, seq=8192),
     "qwen3-next-80b-a3b": dict(tp=2, pp=2, ep=16, sp=True, gbs=64, seq=8192),
     "deepseek-v3.2": dict(tp=1, pp=8, ep=8, gbs=64, seq=8192, pipeline_layout=(8,) * 7 + (5,)),
+    "gpt-oss-120b": dict(tp=2, ep=8, sp=True, gbs=64, seq=8192),
+    "gpt-oss-20b": dict(tp=2, ep=8, sp=True, gbs=64, seq=8192),
+    "kimi-k2": dict(tp=1, pp=8, ep=8, gbs=64, seq=4096, pipeline_layout=(8,) * 7 + (5,)),
+    "qwen3-8b": dict(tp=2, pp=2, gbs=64, seq=8192),
+    "qwen3-32b": dict(tp=8, pp=2, sp=True, gbs=64, seq=8192),
 }
 
 
@@ -40,8 +45,10 @@ def test_megatron_and_hf_round_trip(preset: str) -> None:
         assert "--hybrid-override-pattern" in text and "--mamba-num-heads" in text
     elif model.dsa_indexer_n_heads:
         assert "--experimental-attention-variant dsa" in text and "--dsa-indexer-topk 2048" in text
-    else:
+    elif model.linear_attention_freq:
         assert "--experimental-attention-variant gated_delta_net" in text and "--attention-output-gate" in text
+    elif model.window_size:  # megatron-core's (left, right) window, every 2nd layer global, learned sinks
+        assert "--window-size 127,0" in text and "--window-attn-skip-freq 2" in text and "--softmax-type learnable" in text
     back = read_config(text, "megatron", num_gpus=64, env={})
     assert back.model is not None and same_shape(back.model, model)
     assert resolve_dp(back.train, system) == result.train  # the '|' carry the pipeline layout
@@ -91,7 +98,10 @@ def test_megatron_pattern_problems_are_named() -> None:
 
 
 @pytest.mark.parametrize("preset", ["llama4-scout", "llama4-maverick"])
-def test_llama4_round_trips_through_hf_and_megatron_names_the_gap(preset: str) -> None:
+def test_llama4_round_trips_through_hf_and_nemo_and_megatron_names_the_gap(preset: str) -> None:
+    """Megatron-Bridge's Llama 4 provider carries the chunks (attention_chunk_size, nope_layer_interval): the NeMo
+    YAML round-trips. Megatron-core 0.16.1 has a NoPE field (no_rope_freq) but none for chunks, so Megatron-LM runs
+    those layers with full attention: the command line says so (strict refuses) and reads back without chunks."""
     model = model_preset(preset)
     system = system_preset("h100-sxm5-80gb", 128)
     train = check(model, system, TrainingSpec().with_values(tp=8, pp=2, ep=8, etp=1, sp=True, gbs=128, seq=8192))
@@ -99,7 +109,33 @@ def test_llama4_round_trips_through_hf_and_megatron_names_the_gap(preset: str) -
     result = project_specs(model, system, train)
     hf = read_config(emit("hf", model, system, result.train, strict=True), "hf")
     assert same_shape(hf.model, model)
-    with pytest.raises(
-        ConfigError, match="chunked attention \\(chunks of 8192, NoPE every 4\\): Megatron-LM has no flag"
-    ):
+    yaml_text = emit("nemo", model, system, result.train, strict=True)
+    assert "attention_chunk_size: 8192" in yaml_text and "nope_layer_interval: 4" in yaml_text
+    back = read_config(yaml_text, "nemo", num_gpus=128, env={})
+    assert back.model is not None and same_shape(back.model, model)
+    assert replace(resolve_dp(back.train, system), framework=result.train.framework) == result.train
+    with pytest.raises(ConfigError, match="chunked attention \\(chunks of 8192\\): Megatron-LM has no flag"):
         emit("megatron", model, system, result.train, strict=True)
+    text = emit("megatron", model, system, result.train)
+    assert "--no-rope-freq 4" in text and "runs these layers with full attention" in text
+    for fmt in ("megatron", "primus"):
+        back = read_config(emit(fmt, model, system, result.train), fmt, num_gpus=128, env={})
+        assert back.model is not None and same_shape(back.model, replace(model, attention_chunk_size=0)), fmt
+        assert back.model.nope_layer_interval == 4
+
+
+def test_local_attention_settings_are_read_and_checked() -> None:
+    base = (
+        "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --vocab-size 32000 --seq-length 4096 "
+        "--global-batch-size 8 --micro-batch-size 1"
+    )
+    read = read_config(base + " --window-size 255,0 --window-attn-skip-freq 4", "megatron", num_gpus=8, env={})
+    assert read.model is not None and (read.model.window_size, read.model.window_attn_skip_freq) == (255, 4)
+    with pytest.raises(ConfigError, match="window-size right window 5: a causal decoder attends to no later key"):
+        read_config(base + " --window-size 255,5", "megatron", num_gpus=8, env={})
+    with pytest.raises(ConfigError, match="window-size must be two integers"):
+        read_config(base + " --window-size 255", "megatron", num_gpus=8, env={})
+    with pytest.raises(ConfigError, match="window-attn-skip-freq is set without --window-size"):
+        read_config(base + " --window-attn-skip-freq 2", "megatron", num_gpus=8, env={})
+    with pytest.raises(ConfigError, match="softmax-type must be one of vanilla, off-by-one, learnable"):
+        read_config(base + " --softmax-type sink", "megatron", num_gpus=8, env={})

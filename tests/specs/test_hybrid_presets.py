@@ -26,6 +26,11 @@ HYBRIDS = {  # preset: (tp, ep) that the model splits over
     "llama4-scout": (8, 8),
     "llama4-maverick": (8, 8),
     "deepseek-v3.2": (8, 8),
+    "gpt-oss-120b": (2, 8),
+    "gpt-oss-20b": (2, 8),
+    "kimi-k2": (8, 8),
+    "qwen3-8b": (8, 1),
+    "qwen3-32b": (8, 1),
 }
 
 
@@ -46,6 +51,11 @@ TUNES = {  # preset: GPUs, axes fixed beyond the common ones to keep the tune sm
     "llama4-maverick": (128, ["tp=8", "recompute=none", "etp=1,2"], 2),
     # 61 layers split over 7 stages counting the embedding and the loss as layers (63 = 7 x 9)
     "deepseek-v3.2": (448, ["tp=1", "pp=7", "etp=1", "ep=32,64"], 8),
+    "gpt-oss-120b": (64, ["recompute=none", "etp=1"], 2),
+    "gpt-oss-20b": (16, ["etp=1"], 2),
+    "kimi-k2": (448, ["tp=1", "pp=7", "etp=1", "ep=32,64"], 8),  # 61 layers + embedding + loss = 7 x 9
+    "qwen3-8b": (8, [], 2),
+    "qwen3-32b": (32, ["recompute=none"], 2),
 }
 
 
@@ -169,3 +179,32 @@ def test_deepseek_v32_config_json_reads_to_the_preset(tmp_path: Path) -> None:
         "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048,
     }  # fmt: skip
     assert same_shape(load_hf_config(_write(tmp_path, cfg)), model_preset("deepseek-v3.2"))
+
+
+GPT_OSS_20B_HF = {  # openai/gpt-oss-20b config.json's shape fields (as quoted in the model-configs data)
+    "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "num_hidden_layers": 24, "hidden_size": 2880,
+    "intermediate_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+    "vocab_size": 201088, "num_local_experts": 32, "num_experts_per_tok": 4, "experts_per_token": 4,
+    "sliding_window": 128, "attention_bias": True, "tie_word_embeddings": False,
+    "layer_types": ["sliding_attention", "full_attention"] * 12,
+}  # fmt: skip
+
+
+def test_gpt_oss_config_json_reads_to_the_presets(tmp_path: Path) -> None:
+    """HF's sliding_window 128 counts the query's own key: Megatron-Bridge's window (127, 0), paraplan's 127."""
+    assert same_shape(load_hf_config(_write(tmp_path, GPT_OSS_20B_HF)), model_preset("gpt-oss-20b"))
+    big = {**GPT_OSS_20B_HF, "num_hidden_layers": 36, "num_local_experts": 128}
+    big["layer_types"] = ["sliding_attention", "full_attention"] * 18
+    assert same_shape(load_hf_config(_write(tmp_path, big)), model_preset("gpt-oss-120b"))
+    del big["layer_types"]  # GptOssConfig's default alternates, sliding first
+    assert same_shape(load_hf_config(_write(tmp_path, big)), model_preset("gpt-oss-120b"))
+    odd = {**GPT_OSS_20B_HF, "layer_types": ["full_attention", "sliding_attention"] * 12}
+    with pytest.raises(ConfigError, match="layer_types is not sliding_attention with every n-th layer full_attention"):
+        load_hf_config(_write(tmp_path, odd))
+    with pytest.raises(ConfigError, match="missing field 'sliding_window' required for model_type 'gpt_oss'"):
+        load_hf_config(_write(tmp_path, {k: v for k, v in GPT_OSS_20B_HF.items() if k != "sliding_window"}))
+
+
+def test_sliding_window_refuses_context_parallelism_with_the_rule() -> None:
+    with pytest.raises(ConfigError, match="cp 2 > 1 with sliding-window attention \\(window 127\\) is not modelled"):
+        paraplan.project("gpt-oss-20b", "h100-sxm5-80gb", 32, tp=2, cp=2, ep=8, gbs=32, seq=8192)

@@ -3,7 +3,8 @@
 A config.json describes the model only, so reading gives default training settings, and writing picks the
 model_type the core reader maps back to the same shape: llama (dense SwiGLU, `head_dim` when set), mixtral,
 qwen3_moe / qwen2_moe (shared experts), deepseek_v3 (MLA), gpt2 (GELU, LayerNorm, learned positions) and
-gpt_neox (GELU, LayerNorm, rotary), nemotron_h (a hybrid layer pattern: Mamba-2, attention, MLP and MoE blocks).
+gpt_neox (GELU, LayerNorm, rotary), nemotron_h (a hybrid layer pattern: Mamba-2, attention, MLP and MoE blocks),
+qwen3_next (Gated DeltaNet), llama4_text (chunked attention) and gpt_oss (sliding-window attention with sinks).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def hf_config(model: ModelSpec, gaps: list[str]) -> dict[str, Any]:
         return _qwen3_next(model, common, gaps)
     if model.attention_chunk_size:
         return _llama4(model, common, gaps)
+    if model.window_size:
+        return _gpt_oss(model, common, gaps)
     dense_llama = model.activation == "swiglu" and model.norm == "rmsnorm" and model.position == "rope"
     if model.is_mla:
         shared = model.moe_shared_expert_intermediate_size
@@ -250,6 +253,42 @@ def _llama4(model: ModelSpec, common: dict[str, Any], gaps: list[str]) -> dict[s
         "interleave_moe_layer_step": step,
         "attention_chunk_size": model.attention_chunk_size,
         "no_rope_layer_interval": model.nope_layer_interval,
+        "rms_norm_eps": 1e-5,
+    }
+
+
+def _gpt_oss(model: ModelSpec, common: dict[str, Any], gaps: list[str]) -> dict[str, Any]:
+    """transformers GptOssConfig: sliding-window layers (HF `sliding_window` counts the query's own key) with every
+    n-th full attention, attention sinks, every layer MoE without a shared expert."""
+    every = model.window_attn_skip_freq
+    unmatched = (
+        not model.is_moe
+        or model.moe_shared_expert_intermediate_size
+        or model.moe_first_k_dense
+        or model.moe_layer_freq != 1
+        or model.activation != "swiglu"
+        or model.norm != "rmsnorm"
+    )
+    if unmatched:
+        gaps.append("gpt_oss has SwiGLU experts in every layer, no shared expert, RMSNorm")
+    if model.softmax_type != "learnable":
+        gaps.append(f"gpt_oss attention always has learned sinks (softmax {model.softmax_type}): written with them")
+    return {
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        **common,
+        "intermediate_size": model.expert_ffn,
+        "num_key_value_heads": model.kv_groups,
+        "head_dim": model.head_dim,
+        "hidden_act": "silu",
+        "attention_bias": model.attention_bias,
+        "num_local_experts": model.num_experts,
+        "num_experts_per_tok": model.moe_router_topk,
+        "experts_per_token": model.moe_router_topk,
+        "sliding_window": model.window_size + 1,
+        "layer_types": [
+            "full_attention" if every and (i + 1) % every == 0 else "sliding_attention" for i in range(model.num_layers)
+        ],
         "rms_norm_eps": 1e-5,
     }
 

@@ -133,6 +133,13 @@ RELEVANT: tuple[Arg, ...] = (
     _a("dsa_indexer_n_heads", "int"),
     _a("dsa_indexer_head_dim", "int"),
     _a("dsa_indexer_topk", "int"),
+    # --- local attention and attention sinks: megatron-core 0.16.1 TransformerConfig fields (read in the wheel);
+    # Megatron-LM's argument of a config field takes the field's name (core_transformer_config_from_args copies
+    # same-named arguments). `window_size` is "left,right" (gpt-oss: 127,0); chunked attention has no field.
+    _a("window_size", "str"),
+    _a("window_attn_skip_freq", "int"),
+    _a("no_rope_freq", "int"),
+    _a("softmax_type", "str", choices=("vanilla", "off-by-one", "learnable")),
     # --- recompute
     _a("recompute_granularity", "str", choices=("full", "selective")),
     _a("recompute_method", "str", choices=("uniform", "block")),

@@ -301,6 +301,7 @@ def specs_from_megatron(
     if hybrid is not None:
         model_fields.update(_hybrid_fields(v, hybrid.replace("|", ""), problems, label))
     model_fields.update(_linear_attention_fields(v, problems, label))
+    model_fields.update(_local_attention_fields(v, problems, label))
     spec_model = model_from_fields(model_fields, model_defaults, name, source, problems)
     # ---- batch defaults that need the GPU count
     if "global_batch_size" not in train:
@@ -399,6 +400,39 @@ def _linear_attention_fields(v: Mapping[str, Any], problems: Problems, label: La
         for dest in GDN_DESTS:
             if dest in v:
                 problems.add(f"{label(dest)} is set without {label('experimental_attention_variant')} gated_delta_net")
+    return out
+
+
+def parse_window(raw: Any, where: str, problems: Problems) -> int | None:
+    """megatron-core's `window_size` (left, right) -> paraplan's left window; None for -1 / no window. The right
+    window of a causal decoder is 0 (gpt-oss: (127, 0))."""
+    parts = [p.strip() for p in (raw if isinstance(raw, list | tuple) else str(raw).strip("()[] ").split(","))]
+    try:
+        left, right = (int(p) for p in parts)
+    except ValueError:
+        problems.add(f"{where} must be two integers 'left,right' (got {raw!r})")
+        return None
+    if right not in (0, -1):
+        problems.add(f"{where} right window {right}: a causal decoder attends to no later key (0)")
+    return None if left < 0 else left
+
+
+def _local_attention_fields(v: Mapping[str, Any], problems: Problems, label: Label) -> dict[str, Any]:
+    """Sliding-window attention (`window_size`, `window_attn_skip_freq`), NoPE layers (`no_rope_freq`) and the
+    attention softmax (`softmax_type`): megatron-core 0.16.1 TransformerConfig."""
+    out: dict[str, Any] = {}
+    if "window_size" in v:
+        left = parse_window(v["window_size"], label("window_size"), problems)
+        if left is not None:
+            out["window_size"] = left
+            if "window_attn_skip_freq" in v:
+                out["window_attn_skip_freq"] = v["window_attn_skip_freq"]
+    elif "window_attn_skip_freq" in v:
+        problems.add(f"{label('window_attn_skip_freq')} is set without {label('window_size')}")
+    if "no_rope_freq" in v:
+        out["nope_layer_interval"] = v["no_rope_freq"]
+    if "softmax_type" in v:
+        out["softmax_type"] = v["softmax_type"]
     return out
 
 
@@ -511,9 +545,26 @@ MODEL_DESTS = frozenset(
         *"experimental_attention_variant linear_attention_freq linear_conv_kernel_dim linear_key_head_dim".split(),
         *"linear_value_head_dim linear_num_key_heads linear_num_value_heads attention_output_gate".split(),
         *"dsa_indexer_n_heads dsa_indexer_head_dim dsa_indexer_topk".split(),
+        *"window_size window_attn_skip_freq no_rope_freq softmax_type".split(),
     )
 )
 """What `megatron_values` writes about the model's architecture; the rest is the training plan."""
+
+
+def local_attention_values(model: ModelSpec) -> dict[str, Any]:
+    """megatron-core 0.16.1 TransformerConfig's sliding window (`window_size` "left,right", `window_attn_skip_freq`),
+    NoPE layers (`no_rope_freq`, an int N: every N-th layer skips RoPE) and `softmax_type`, where they differ from
+    the defaults."""
+    out: dict[str, Any] = {}
+    if model.window_size:
+        out["window_size"] = f"{model.window_size},0"
+        if model.window_attn_skip_freq:
+            out["window_attn_skip_freq"] = model.window_attn_skip_freq
+    if model.nope_layer_interval:
+        out["no_rope_freq"] = model.nope_layer_interval
+    if model.softmax_type != "vanilla":
+        out["softmax_type"] = model.softmax_type
+    return out
 
 
 def megatron_plan_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -> tuple[dict[str, Any], list[str]]:
@@ -598,10 +649,11 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
             out["moe_token_dispatcher_type"] = "alltoall"
     if model.mtp_num_layers:
         out["mtp_num_layers"] = model.mtp_num_layers
-    if model.attention_chunk_size:
+    out.update(local_attention_values(model))
+    if model.attention_chunk_size:  # megatron-core 0.16.1 TransformerConfig has no chunked-attention field
         gaps.append(
-            f"chunked attention (chunks of {model.attention_chunk_size}, NoPE every {model.nope_layer_interval}): "
-            "Megatron-LM has no flag for it (Megatron-Bridge's Llama 4 provider sets attention_chunk_size)"
+            f"chunked attention (chunks of {model.attention_chunk_size}): Megatron-LM has no flag for it and runs "
+            "these layers with full attention (Megatron-Bridge's Llama 4 provider adds attention_chunk_size)"
         )
     if model.attention_output_gate:
         out["attention_output_gate"] = True

@@ -38,6 +38,7 @@ from paraplan.formats.megatron_map import (
     DSA_DESTS,
     GDN_DESTS,
     MAMBA_DESTS,
+    local_attention_values,
     pattern_with_stages,
     specs_from_megatron,
     typed_value,
@@ -76,9 +77,14 @@ SAME_NAME = frozenset(
         "hybrid_layer_pattern hybrid_override_pattern mamba_state_dim mamba_head_dim mamba_num_groups mamba_num_heads "
         "experimental_attention_variant linear_attention_freq linear_conv_kernel_dim linear_key_head_dim "
         "linear_value_head_dim linear_num_key_heads linear_num_value_heads attention_output_gate "
-        "dsa_indexer_n_heads dsa_indexer_head_dim dsa_indexer_topk"
+        "dsa_indexer_n_heads dsa_indexer_head_dim dsa_indexer_topk "
+        # sliding window, NoPE layers, attention sinks (megatron-core 0.16.1 TransformerConfig names)
+        "window_size window_attn_skip_freq no_rope_freq softmax_type"
     ).split()
 )
+# Megatron-Bridge's Llama 4 provider fields (Llama4ModelProvider at dc805f5c, llama_provider.py): chunked attention
+# has no Megatron-core field, and the provider names its NoPE interval `nope_layer_interval`.
+LLAMA4_KEYS = frozenset({"attention_chunk_size", "nope_layer_interval"})
 # Handled apart from the table above.
 SPECIAL = frozenset(
     {
@@ -93,7 +99,7 @@ SPECIAL = frozenset(
 # Set at run time from `mixed_precision` / the precision plugin and `comm_overlap`, so a model section's own
 # copies are not read when those are present.
 PRECISION_KEYS = frozenset({"bf16", "fp16", "fp8", "fp8_recipe", "fp4", "fp4_recipe"})
-ALL_KEYS = SAME_NAME | SPECIAL | frozenset(MCORE_TO_ARG)
+ALL_KEYS = SAME_NAME | SPECIAL | LLAMA4_KEYS | frozenset(MCORE_TO_ARG)
 _LOOKS_RELEVANT = re.compile(
     r"paral+el_size|batch_size|recompute|^fp8|^fp4|^moe_(ffn|router_topk|shared|layer)|num_moe|num_layers|"
     r"hidden_size|attention_heads|seq_length|vocab_size|lora|overlap|fsdp|sharding"
@@ -280,7 +286,7 @@ def _to_arguments(s: _Settings) -> tuple[dict[str, Any], str | None]:
             labels[dest] = origin
 
     for key, raw in v.items():
-        if key in SPECIAL or key in ("optimizer",):
+        if key in SPECIAL or key in LLAMA4_KEYS or key in ("optimizer",):
             continue
         dest = MCORE_TO_ARG.get(key, key)
         if dest == "attention_backend":
@@ -301,6 +307,8 @@ def _to_arguments(s: _Settings) -> tuple[dict[str, Any], str | None]:
     if "moe_layer_freq" in v:
         raw = v["moe_layer_freq"]
         args["moe_layer_freq"] = str(raw) if isinstance(raw, list) else raw
+    if "nope_layer_interval" in v and "no_rope_freq" not in v:
+        put("no_rope_freq", v["nope_layer_interval"], where["nope_layer_interval"])
     if "kv_lora_rank" in v and v.get("multi_latent_attention") is None:
         args["multi_latent_attention"] = True
     activation: str | None = None
@@ -360,9 +368,18 @@ def read_nemo(path_or_text: str | Path, *, num_gpus: int | None = None, model: M
         framework="nemo-megatron",
         model=model,
     )
+    changes: dict[str, Any] = {}
     if activation and activation != "gelu":
-        fields = {**result.hints.model_fields, "activation": activation}
-        model = replace(result.model, activation=activation) if result.model else None
+        changes["activation"] = activation
+    chunk = settings.values.get("attention_chunk_size")
+    if chunk:  # the Llama 4 provider's chunked attention
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
+            problems.add(f"{settings.where['attention_chunk_size']} must be a positive integer (got {chunk!r})")
+            problems.raise_if_any()
+        changes["attention_chunk_size"] = chunk
+    if changes:
+        fields = {**result.hints.model_fields, **changes}
+        model = replace(result.model, **changes) if result.model else None
         result = ReadConfig(model, result.train, replace(result.hints, model_fields=fields))
     return result
 
@@ -383,11 +400,13 @@ def _mixer_fields(model: ModelSpec, train: TrainingSpec, gaps: list[str]) -> dic
     if model.dsa_indexer_n_heads:
         out["experimental_attention_variant"] = "dsa"
         out.update({dest: getattr(model, dest) for dest in DSA_DESTS})
-    if model.attention_chunk_size:
-        gaps.append(
-            f"chunked attention (chunks of {model.attention_chunk_size}, NoPE every {model.nope_layer_interval}): "
-            "Megatron-core has no field for it (Megatron-Bridge's Llama 4 provider adds attention_chunk_size)"
-        )
+    local = local_attention_values(model)
+    if "window_size" in local:
+        local["window_size"] = [model.window_size, 0]
+    if model.attention_chunk_size:  # Megatron-Bridge's Llama4ModelProvider fields (see LLAMA4_KEYS)
+        local.pop("no_rope_freq", None)
+        local.update(attention_chunk_size=model.attention_chunk_size, nope_layer_interval=model.nope_layer_interval)
+    out.update(local)
     return out
 
 

@@ -25,6 +25,13 @@ from paraplan.specs.model import ModelSpec
 class ParamCount:
     total: int
     active: int
+    embedding: int = 0
+    """The input embedding table (a lookup, no FLOPs): publishers differ on counting it among the active
+    parameters (openai/gpt-oss's 5.1B and 3.6B active leave it out and keep the LM head)."""
+
+    @property
+    def active_without_embedding(self) -> int:
+        return self.active - self.embedding
 
 
 def _unsharded(seq: int = 128) -> Shard:
@@ -53,6 +60,7 @@ def model_params(model: ModelSpec) -> ParamCount:
         extra += gdn_params(model) if model.is_linear_attention_layer(layer) else 0
         total, active = total + t + extra, active + a + extra
     counted_tables: set[str] = set()
+    embedding = 0
     for kind in K.layer_kinds():
         count = kind.count(model) if kind.count is not None else 0
         if not count:
@@ -63,4 +71,6 @@ def model_params(model: ModelSpec) -> ParamCount:
         t, a = (table, table) if table is not None else _gemm_params(kind.ops(model, shard), model)
         total, active = total + count * t, active + count * a
         counted_tables.add(kind.name)
-    return ParamCount(total=total, active=active)
+        if kind.name == "embedding":
+            embedding = count * t
+    return ParamCount(total=total, active=active, embedding=embedding)

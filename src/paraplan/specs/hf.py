@@ -1,12 +1,12 @@
 """Read a local HuggingFace `config.json` into a ModelSpec, offline.
 
 Architectures: Llama, Mistral, Mixtral, Qwen2/Qwen3, Qwen3-MoE, DeepSeek-V2/V3, GPT-2, GPT-NeoX, the hybrid Mamba-2
-models (Nemotron-H, Nemotron 3: `nemotron_h`, with `hybrid_override_pattern` or `layers_block_type`) and Qwen3-Next
-(`qwen3_next`: Gated DeltaNet among gated full attention, `layer_types` or `full_attention_interval`) and Llama 4
-(`llama4` with its `text_config`, or `llama4_text`: chunked attention between NoPE global layers, interleaved MoE).
-Both the
-legacy (`rope_scaling`, `torch_dtype`) and newer (`rope_parameters`, `dtype`) keys are accepted; neither
-affects cost, so they are only checked for type.
+models (Nemotron-H, Nemotron 3: `nemotron_h`, with `hybrid_override_pattern` or `layers_block_type`), Qwen3-Next
+(`qwen3_next`: Gated DeltaNet among gated full attention, `layer_types` or `full_attention_interval`), Llama 4
+(`llama4` with its `text_config`, or `llama4_text`: chunked attention between NoPE global layers, interleaved MoE)
+and gpt-oss (`gpt_oss`: sliding-window layers between global ones, attention sinks, MoE). Both the legacy
+(`rope_scaling`, `torch_dtype`) and newer (`rope_parameters`, `dtype`) keys are accepted; neither affects cost, so
+they are only checked for type.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ _SUPPORTED = {
     "qwen3_next": "qwen3_next",
     "llama4": "llama4",
     "llama4_text": "llama4",
+    "gpt_oss": "gpt_oss",
 }
 
 # transformers 5.23.0 NemotronHConfig: `layers_block_type` names and their `hybrid_override_pattern` symbols
@@ -85,6 +86,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         return _qwen3_next(cfg, path, name)
     if family == "llama4":
         return _llama4(cfg.get("text_config", cfg) if model_type == "llama4" else cfg, path, name)
+    if family == "gpt_oss":
+        return _gpt_oss(cfg, path, name)
     problems = _require(cfg, path, "num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
     if family != "neox":
         problems += _require(cfg, path, "intermediate_size")
@@ -308,5 +311,54 @@ def _llama4(cfg: dict[str, Any], path: Path, name: str) -> ModelSpec:
         moe_layer_freq=step,
         attention_chunk_size=cfg.get("attention_chunk_size", 8192) or 0,
         nope_layer_interval=interval,
+        source=str(path),
+    )
+
+
+def _gpt_oss(cfg: dict[str, Any], path: Path, name: str) -> ModelSpec:
+    """gpt-oss (transformers GptOssConfig; openai/gpt-oss-20b's config.json as quoted in the model-configs data): every
+    layer MoE (`num_local_experts` of `intermediate_size`, top `num_experts_per_tok`), `layer_types` alternating
+    sliding_attention (a window of `sliding_window` keys counting the query's own) and full_attention, attention
+    biases and learned sinks (GptOssAttention's `sinks`, one per head). No field is defaulted: the file gives them."""
+    experts_per_token = cfg.get("num_experts_per_tok", cfg.get("experts_per_token"))
+    problems = _require(
+        cfg, path, "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+        "num_key_value_heads", "head_dim", "vocab_size", "num_local_experts", "sliding_window",
+    )  # fmt: skip
+    if experts_per_token is None:
+        problems.append(f"{path}: missing field 'num_experts_per_tok' required for model_type 'gpt_oss'")
+    if problems:
+        raise ConfigError(problems)
+    layers = cfg["num_hidden_layers"]
+    alternating = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+    layer_types = cfg.get("layer_types") or alternating  # GptOssConfig's default: alternating, sliding first
+    every = 0
+    if "full_attention" in layer_types:
+        every = layer_types.index("full_attention") + 1
+    expected = ["full_attention" if every and (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]
+    if list(layer_types) != expected:
+        raise ConfigError(
+            f"{path}: layer_types is not sliding_attention with every n-th layer full_attention, which paraplan models"
+        )
+    window = cfg["sliding_window"]
+    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+        raise ConfigError(f"{path}: sliding_window must be an integer of at least 2 keys (got {window!r})")
+    return ModelSpec(
+        name=name,
+        num_layers=layers,
+        hidden_size=cfg["hidden_size"],
+        ffn_hidden_size=cfg["intermediate_size"],
+        num_attention_heads=cfg["num_attention_heads"],
+        num_query_groups=cfg["num_key_value_heads"],
+        kv_channels=cfg["head_dim"],
+        vocab_size=cfg["vocab_size"],
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        attention_bias=bool(cfg.get("attention_bias", True)),
+        num_experts=cfg["num_local_experts"],
+        moe_ffn_hidden_size=cfg["intermediate_size"],
+        moe_router_topk=experts_per_token,
+        window_size=window - 1,  # HF counts the query's own key; paraplan (as Megatron) the keys before it
+        window_attn_skip_freq=every,
+        softmax_type="learnable",
         source=str(path),
     )

@@ -15,6 +15,7 @@ from paraplan.specs.fieldtypes import coerce_fields
 Activation = Literal["swiglu", "gelu", "squared_relu", "relu", "geglu"]
 Norm = Literal["rmsnorm", "layernorm"]
 Position = Literal["rope", "learned", "alibi", "none"]
+SoftmaxType = Literal["vanilla", "off-by-one", "learnable"]
 
 # Megatron-core's hybrid layer symbols (megatron-core 0.19.2, models/hybrid/hybrid_layer_allocation.py `Symbols`):
 # one decoder block per character. paraplan models these four; Megatron also has G (Gated DeltaNet), D (DeepSeek
@@ -108,11 +109,16 @@ class ModelSpec:
     """Every n-th layer, (i + 1) % n == 0, has no RoPE and attends globally (HF `no_rope_layer_interval`,
     Megatron-Bridge `nope_layer_interval`); with `attention_chunk_size` the others are chunked. 0: none."""
     window_size: int = 0
-    """Sliding-window attention: each query attends to the `window_size` keys before it (Megatron `window_size`, its
-    left window; HF `sliding_window`). 0: none."""
+    """Sliding-window attention: each query attends to itself and the `window_size` keys before it (Megatron-core
+    `window_size` (left, 0), its left entry; HF `sliding_window` counts the query's own key too, so it is
+    `window_size + 1`: gpt-oss's 128 is Megatron-Bridge's (127, 0)). 0: none."""
     window_attn_skip_freq: int = 0
     """With `window_size`: every n-th layer, (i + 1) % n == 0, attends globally (Megatron `window_attn_skip_freq`). 0:
     every layer slides."""
+    softmax_type: SoftmaxType = "vanilla"
+    """Attention softmax (megatron-core 0.16.1 TransformerConfig `softmax_type`): "learnable" adds a learned
+    per-head sink logit to the denominator (gpt-oss's attention sinks), "off-by-one" a constant 1; one scalar per
+    head, no change to the kernels' work."""
     attention_output_gate: bool = False
     """Full attention gated by sigmoid(x W_g) before its output projection (Qwen3-Next; Megatron
     `attention_output_gate`): the QKV projection also produces the gate, heads x head dim wide."""
