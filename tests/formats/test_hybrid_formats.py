@@ -48,7 +48,9 @@ def test_megatron_and_hf_round_trip(preset: str) -> None:
     elif model.linear_attention_freq:
         assert "--experimental-attention-variant gated_delta_net" in text and "--attention-output-gate" in text
     elif model.window_size:  # megatron-core's (left, right) window, every 2nd layer global, learned sinks
-        assert "--window-size 127,0" in text and "--window-attn-skip-freq 2" in text and "--softmax-type learnable" in text
+        assert (
+            "--window-size 127,0" in text and "--window-attn-skip-freq 2" in text and "--softmax-type learnable" in text
+        )
     back = read_config(text, "megatron", num_gpus=64, env={})
     assert back.model is not None and same_shape(back.model, model)
     assert resolve_dp(back.train, system) == result.train  # the '|' carry the pipeline layout
