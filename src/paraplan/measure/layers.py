@@ -1,7 +1,9 @@
 """Reference transformer layers in plain PyTorch, at the shapes one rank holds under the target's sharding.
 
 Faithful to the model presets and to `paraplan.graph.layers` (same GEMM shapes, same token counts):
-Llama-style GQA attention with rotary embeddings (rotate-half form, Megatron's `apply_rotary_pos_emb`),
+Llama-style GQA attention with rotary embeddings (rotate-half form, Megatron's `apply_rotary_pos_emb`), chunked and
+sliding-window local attention, the attention output gate, the Mamba-2 and Gated DeltaNet mixers (`measure.mixers`)
+and the blocks of hybrid models,
 SwiGLU/GeGLU/GELU/squared-ReLU MLPs, RMSNorm or LayerNorm, MoE with a top-k router, grouped expert GEMMs
 (balanced routing, as the measured MoE benchmarks force) and shared experts, DeepSeek's multi-head latent
 attention (MLA), the vocab-parallel embedding, the LM head with an fp32 cross-entropy, and MTP modules.
@@ -26,6 +28,7 @@ from torch.utils.checkpoint import checkpoint
 
 from paraplan.graph.layers import Shard, padded_vocab
 from paraplan.measure.device import torch_dtype
+from paraplan.measure.mixers import GatedDeltaNetMixer, Mamba2Mixer
 from paraplan.specs.model import ModelSpec
 
 INIT_STD = 0.02  # GPT-2 / Megatron `init_method_std`
@@ -194,11 +197,63 @@ def _activation(name: str, up: torch.Tensor) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- attention
+def chunked(t: torch.Tensor, chunk: int) -> torch.Tensor:
+    """[b, h, s, d] -> [b·chunks, h, chunk, d], the last chunk zero-padded (graph.layers counts it whole)."""
+    b, heads, seq, d = t.shape
+    t = F.pad(t, (0, 0, 0, -seq % chunk))
+    return t.view(b, heads, -1, chunk, d).transpose(1, 2).reshape(-1, heads, chunk, d)
+
+
+def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
+    """Each query attends to itself and the `window` keys before it, as a flash kernel does the work: queries in
+    blocks of window + 1, each block against its own and the previous block of keys (2·(window + 1) keys, about
+    the 2·keys square graph.layers counts). q [b, hq, s, d], k/v [b, hkv, s, d]."""
+    b, heads, seq, d = q.shape
+    if k.shape[1] != heads:
+        k, v = (t.repeat_interleave(heads // k.shape[1], dim=1) for t in (k, v))
+    block = window + 1
+    q, k, v = (F.pad(t, (0, 0, 0, -seq % block)) for t in (q, k, v))
+    blocks = q.shape[2] // block
+    q = q.view(b, heads, blocks, block, d)
+    k, v = (t.view(b, heads, blocks, block, t.shape[-1]) for t in (k, v))
+    k, v = (torch.cat([F.pad(t, (0, 0, 0, 0, 1, 0))[:, :, :-1], t], dim=3) for t in (k, v))  # previous block too
+    i = torch.arange(block, device=q.device)[:, None]
+    j = torch.arange(2 * block, device=q.device)[None, :]
+    distance = block + i - j  # query position minus key position
+    mask = ((distance >= 0) & (distance <= window)).expand(blocks, block, 2 * block).clone()
+    mask[0, :, :block] = False  # before the sequence start
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return out.reshape(b, heads, blocks * block, -1)[:, :, :seq]
+
+
 def core_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: RankShapes, dropout: bool, training: bool
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    s: RankShapes,
+    dropout: bool,
+    training: bool,
+    chunk: int = 0,
+    window: int = 0,
 ) -> torch.Tensor:
-    """q [b, hq, sq, d], k/v [b, hkv, skv, d]; flash (SDPA) or Megatron's unfused path."""
+    """q [b, hq, sq, d], k/v [b, hkv, skv, d]; flash (SDPA) or Megatron's unfused path. `chunk`: causal attention
+    within chunks of that many tokens (Llama 4); `window`: a sliding window of that many earlier keys (a banded
+    mask over the whole square on the unfused path, as graph.layers counts it). Both with cp = 1 only."""
+    if 0 < chunk < q.shape[2]:
+        seq = q.shape[2]
+        out = core_attention(chunked(q, chunk), chunked(k, chunk), chunked(v, chunk), s, dropout, training)
+        b, heads = q.shape[0], q.shape[1]
+        return (
+            out.reshape(b, -1, heads, chunk, out.shape[-1])
+            .transpose(1, 2)
+            .reshape(b, heads, -1, out.shape[-1])[:, :, :seq]
+        )
+    if window and s.flash:
+        return sliding_window_attention(q, k, v, window)
     mask = causal_mask(s, q.device)
+    if window:
+        distance = torch.arange(q.shape[2], device=q.device)[:, None] - torch.arange(k.shape[2], device=q.device)
+        mask = (distance >= 0) & (distance <= window)
     if s.flash:
         gqa = q.shape[1] != k.shape[1]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=gqa)
@@ -215,14 +270,18 @@ def core_attention(
 
 
 class Attention(nn.Module):
-    """GQA/MQA/MHA: fused QKV projection, one rotary call over the query and key heads together (the graph's
-    single "rotary" op), core attention, output projection (TP-sharded heads)."""
+    """GQA/MQA/MHA: fused QKV projection (and the output gate with `attention_output_gate`, Qwen3-Next), one rotary
+    call over the query and key heads together (the graph's single "rotary" op), core attention (`local`: the
+    model's chunked or sliding-window attention), output projection (TP-sharded heads)."""
 
-    def __init__(self, model: ModelSpec, s: RankShapes, selective: bool) -> None:
+    def __init__(self, model: ModelSpec, s: RankShapes, selective: bool, local: bool = False) -> None:
         super().__init__()
         self.model, self.s, self.selective = model, s, selective
+        self.chunk = model.attention_chunk_size if local else 0
+        self.window = model.window_size if local else 0
         d = s.head_dim
-        self.qkv = _linear(s.hidden, (s.heads + 2 * s.kv_heads) * d, model.attention_bias)
+        self.gate_width = s.heads * d if model.attention_output_gate else 0
+        self.qkv = _linear(s.hidden, (s.heads + 2 * s.kv_heads) * d + self.gate_width, model.attention_bias)
         self.out = _linear(s.heads * d, s.hidden, model.attention_bias)
         if model.position == "rope":
             _register_rotary(self, s, d)
@@ -230,18 +289,21 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s, d = self.s, self.s.head_dim
         b, n = x.shape[0], x.shape[1]
-        qk, v = self.qkv(x).split([(s.heads + s.kv_heads) * d, s.kv_heads * d], dim=-1)
+        qk, v, gate = self.qkv(x).split([(s.heads + s.kv_heads) * d, s.kv_heads * d, self.gate_width], dim=-1)
         qk = qk.view(b, n, s.heads + s.kv_heads, d)
         if self.model.position == "rope":
             qk = rotate_half(qk, self.cos, self.sin)
         q, k = qk.split([s.heads, s.kv_heads], dim=2)
         k, v = cp_gather(k, s), cp_gather(v.view(b, n, s.kv_heads, d), s)
         out = self._core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-        return self.out(out.transpose(1, 2).reshape(b, n, s.heads * d))
+        out = out.transpose(1, 2).reshape(b, n, s.heads * d)
+        if self.gate_width:
+            out = out * torch.sigmoid(gate)
+        return self.out(out)
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return core_attention(q, k, v, self.s, self.model.dropout, self.training)
+            return core_attention(q, k, v, self.s, self.model.dropout, self.training, self.chunk, self.window)
 
         if self.selective and torch.is_grad_enabled():
             return checkpoint(run, q, k, v, use_reentrant=False)
@@ -255,6 +317,7 @@ class LatentAttention(Attention):
     def __init__(self, model: ModelSpec, s: RankShapes, selective: bool) -> None:
         nn.Module.__init__(self)
         self.model, self.s, self.selective = model, s, selective
+        self.chunk = self.window = 0  # MLA attends globally (DeepSeek sparse attention is timed as dense MLA)
         h, heads = s.hidden, s.heads
         nope, rope, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
         kv_rank = model.kv_lora_rank or 0
@@ -342,12 +405,14 @@ class Moe(nn.Module):
 class DecoderLayer(nn.Module):
     """x [b, seq_local, h] -> same. `recompute`: none | selective | full."""
 
-    def __init__(self, model: ModelSpec, s: RankShapes, moe: bool, recompute: str = "none") -> None:
+    def __init__(
+        self, model: ModelSpec, s: RankShapes, moe: bool, recompute: str = "none", local: bool = False
+    ) -> None:
         super().__init__()
         self.model, self.s, self.recompute = model, s, recompute
         self.attn_norm = Norm(s.hidden, model.norm)
-        attention = LatentAttention if model.is_mla else Attention
-        self.attn = attention(model, s, selective=recompute == "selective")
+        selective = recompute == "selective"
+        self.attn = LatentAttention(model, s, selective) if model.is_mla else Attention(model, s, selective, local)
         self.mlp_norm = Norm(s.hidden, model.norm)
         self.mlp: nn.Module = Moe(model, s) if moe else Mlp(model, s.hidden, s.ffn)
         self.moe = moe
@@ -366,6 +431,53 @@ class DecoderLayer(nn.Module):
         if self.recompute == "full" and torch.is_grad_enabled():
             return checkpoint(self._forward, x, use_reentrant=False)
         return self._forward(x)
+
+
+class Sublayers(nn.Module):
+    """The blocks of a hybrid model and the linear-attention layers: pre-norm residual sublayers in a row (a
+    Mamba-2 mixer, attention, an MLP or an MoE alone; a Gated DeltaNet mixer then an MLP or MoE). Every sublayer
+    but the MoE (which gathers its own tokens) runs inside the TP region."""
+
+    def __init__(self, model: ModelSpec, s: RankShapes, parts: list[nn.Module], recompute: str = "none") -> None:
+        super().__init__()
+        self.model, self.s, self.recompute = model, s, recompute
+        self.norms = nn.ModuleList(Norm(s.hidden, model.norm) for _ in parts)
+        self.parts = nn.ModuleList(parts)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        for norm, part in zip(self.norms, self.parts, strict=True):
+            h = norm(x)
+            h = part(h) if isinstance(part, Moe) else tp_exit(part(tp_enter(h, self.s)), self.s)
+            x = x + (F.dropout(h, DROPOUT_P, self.training) if self.model.dropout else h)
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recompute == "full" and torch.is_grad_enabled():
+            return checkpoint(self._forward, x, use_reentrant=False)
+        return self._forward(x)
+
+
+def decoder_block(kind: str, model: ModelSpec, s: RankShapes, recompute: str = "none") -> nn.Module | None:
+    """The module of a decoder-layer kind (`paraplan.graph.kinds`), or None for a kind this file does not build."""
+    selective = recompute == "selective"
+
+    def attention() -> nn.Module:
+        return LatentAttention(model, s, selective) if model.is_mla else Attention(model, s, selective)
+
+    def ffn(moe: bool) -> nn.Module:
+        return Moe(model, s) if moe else Mlp(model, s.hidden, s.ffn)
+
+    if kind in ("dense", "moe", "dense_local", "moe_local"):
+        return DecoderLayer(model, s, moe=kind.startswith("moe"), recompute=recompute, local=kind.endswith("local"))
+    parts: dict[str, Callable[[], list[nn.Module]]] = {
+        "mamba": lambda: [Mamba2Mixer(model, s.tp, s.cp)],
+        "attention": lambda: [attention()],
+        "mlp": lambda: [ffn(False)],
+        "moe_mlp": lambda: [ffn(True)],
+        "gdn": lambda: [GatedDeltaNetMixer(model, s.tp, s.cp), ffn(False)],
+        "gdn_moe": lambda: [GatedDeltaNetMixer(model, s.tp, s.cp), ffn(True)],
+    }
+    return Sublayers(model, s, parts[kind](), recompute) if kind in parts else None
 
 
 class Embedding(nn.Module):
@@ -413,7 +525,10 @@ class Mtp(nn.Module):
         return self.head(self.layer(tp_exit(h, self.s)), targets)
 
 
-BLOCK_KINDS = ("dense", "moe", "embedding", "head", "mtp")
+BLOCK_KINDS = (
+    "dense", "moe", "embedding", "head", "mtp", "mamba", "attention", "mlp", "moe_mlp", "gdn", "gdn_moe",
+    "dense_local", "moe_local",
+)  # fmt: skip
 
 
 @dataclass
@@ -452,9 +567,8 @@ def build_block(
     def token_ids(rows: int) -> torch.Tensor:
         return torch.randint(0, s.vocab, (b, rows), device=dev)
 
-    module: nn.Module
-    if kind in ("dense", "moe"):
-        module = DecoderLayer(model, s, moe=kind == "moe", recompute=recompute)
+    module: nn.Module | None = decoder_block(kind, model, s, recompute)
+    if module is not None:
         x = hidden_input()
         inputs, run = [x], _call(module, x)
     elif kind == "embedding":
