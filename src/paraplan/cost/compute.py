@@ -129,10 +129,15 @@ def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
 
 
 # The chunked scans of Mamba-2 (SSD, mamba_ssm's Triton `mamba_chunk_scan_combined`) and Gated DeltaNet (fla's
-# chunked delta rule) run their intra-chunk matmuls on tensor cores at this share of the 16-bit peak. An assumption,
-# not a measurement: Dao & Gu 2024 ("Transformers are SSMs", section 9.3, Figure 10) report the SSD kernel matching
-# FlashAttention-2's time at about 2K tokens, where the scan does about a third of attention's FLOPs; attention runs
-# at about a third of peak, so the scan at about 0.12. Replace it with a fitted profile where one exists.
+# chunked delta rule) run at this share of the 16-bit peak, counted on the scan ops' FLOPs (Megatron-Bridge's
+# convention, 7·s·d_in·N and 8·s·Hv·dk·dv; the chunked algorithms themselves do 1.58x and 1.38x that at Nemotron-H 8B
+# and Qwen3-Next shapes, tests/hybrid/test_hybrid_mixers.py). AN ASSUMPTION, NOT A MEASUREMENT: the kernel samples in
+# ../shared/data (A100 on Perlmutter, GH200 on Vista) hold no scan kernel, and Dao & Gu 2024 ("Transformers are
+# SSMs", section 9.3, Figure 10) give only relative timings (SSD against FlashAttention-2 and Mamba-1's scan,
+# crossing FlashAttention-2 at about 2K tokens), no fraction of peak. 0.12 reads that crossing as: at 2K the scan's
+# counted FLOPs are about a third of attention's, attention runs at about a third of peak. `paraplan measure` has no
+# scan microbenchmark to fit it yet; `--hybrid` times whole M and Gated DeltaNet blocks (measure/mixers.py, plain
+# torch, slower than the fused kernels).
 SCAN_EFFICIENCY = 0.12
 
 
