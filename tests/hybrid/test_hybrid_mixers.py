@@ -158,3 +158,34 @@ def test_a_tiny_hybrid_model_is_measured_and_projected_on_this_cpu(model, tmp_pa
     assert mixers <= set(result.blocks) and all(result.blocks[k].forward_s > 0 for k in mixers)
     assert result.sources["forward_compute"].origin == "measured"
     assert result.projection.step_time_s > 0
+
+
+def test_the_cli_measures_a_scaled_down_hybrid_config_json(tmp_path, monkeypatch) -> None:
+    """`paraplan project --model <nemotron_h config.json> --hybrid --device cpu` on a CPU system file."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from paraplan.cli.main import app
+    from paraplan.measure.hybrid.local import local_cpu_system, system_file_text
+
+    monkeypatch.setenv("PARAPLAN_HYBRID_CACHE", str(tmp_path / "h.sqlite"))
+    config = tmp_path / "tiny-nano" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({
+        "model_type": "nemotron_h", "hybrid_override_pattern": "MEM*E", "hidden_size": 128, "intermediate_size": 192,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000,
+        "mamba_num_heads": 8, "mamba_head_dim": 16, "n_groups": 2, "ssm_state_size": 16, "n_routed_experts": 8,
+        "moe_intermediate_size": 64, "num_experts_per_tok": 2, "n_shared_experts": 1,
+        "moe_shared_expert_intermediate_size": 128,
+    }))  # fmt: skip
+    system_file = tmp_path / "cpu.yaml"
+    system_file.write_text(system_file_text(local_cpu_system(1, cache_path=str(tmp_path / "h.sqlite"))))
+    args = ["project", "--model", str(config), "--system-file", str(system_file), "--seq", "128", "--mbs", "1",
+            "--gbs", "2", "--hybrid", "--device", "cpu", "--json"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{") :])
+    assert {"mamba", "attention", "moe_mlp"} <= set(out["hybrid"]["blocks"])
+    assert out["hybrid"]["sources"]["forward_compute"]["origin"] == "measured"
+    assert out["cost_sources"]["measured_fraction"] > 0.9

@@ -4,8 +4,9 @@ parameters mean, to check presets against their published sizes.
 Counted: every weight GEMM (attention, MLP, experts, router, Mamba and Gated DeltaNet projections), the embedding
 table and the LM head (once when tied), and the Mamba and Gated DeltaNet mixers' small tensors (conv1d, A, D, dt bias,
 gated norm). Not counted: the RMSNorm/LayerNorm weights of the blocks (h per norm, under 0.01% of any preset), the
-q/k norms and the shared expert's sigmoid gate (h weights per layer, Qwen3-Next). Active parameters count top-k of
-the routed experts (and every shared expert).
+q/k norms, the shared expert's sigmoid gate (h weights per layer, Qwen3-Next), gpt-oss's attention sinks (one scalar
+per head) and the linear layers' biases (about 0.03% of gpt-oss). Active parameters count top-k of the routed experts
+(and every shared expert).
 """
 
 from __future__ import annotations
