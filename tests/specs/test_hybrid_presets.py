@@ -208,3 +208,11 @@ def test_gpt_oss_config_json_reads_to_the_presets(tmp_path: Path) -> None:
 def test_sliding_window_refuses_context_parallelism_with_the_rule() -> None:
     with pytest.raises(ConfigError, match="cp 2 > 1 with sliding-window attention \\(window 127\\) is not modelled"):
         paraplan.project("gpt-oss-20b", "h100-sxm5-80gb", 32, tp=2, cp=2, ep=8, gbs=32, seq=8192)
+
+
+def test_local_attention_fields_are_checked() -> None:
+    oss = model_preset("gpt-oss-20b")
+    with pytest.raises(ConfigError, match="model softmax_type 'sink' must be one of vanilla, off-by-one, learnable"):
+        oss.with_overrides(softmax_type="sink")
+    with pytest.raises(ConfigError, match="model window_size must be >= 0 \\(got -1\\)"):
+        oss.with_overrides(window_size=-1)

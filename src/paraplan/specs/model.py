@@ -7,7 +7,7 @@ Field names follow Megatron-core's `TransformerConfig` where one exists (`num_la
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Literal
+from typing import Literal, get_args
 
 from paraplan.errors import ConfigError, bound_problems, reject_unknown_names
 from paraplan.specs.fieldtypes import coerce_fields
@@ -172,10 +172,18 @@ class ModelSpec:
                 ("moe_layer_freq", self.moe_layer_freq, 1, INF),
                 ("moe_first_k_dense", self.moe_first_k_dense, 0, INF),
                 ("mtp_num_layers", self.mtp_num_layers, 0, MAX_LAYERS),
+                ("window_size", self.window_size, 0, INF),
+                ("window_attn_skip_freq", self.window_attn_skip_freq, 0, INF),
+                ("attention_chunk_size", self.attention_chunk_size, 0, INF),
+                ("nope_layer_interval", self.nope_layer_interval, 0, INF),
                 *optional,
             ],
             "model",
         )
+        if self.softmax_type not in get_args(SoftmaxType):
+            problems.append(
+                f"model softmax_type '{self.softmax_type}' must be one of {', '.join(get_args(SoftmaxType))}"
+            )
         if not problems and self.num_experts > 0 and not 1 <= self.moe_router_topk <= self.num_experts:
             problems.append(
                 f"model moe_router_topk {self.moe_router_topk} must be between 1 and the {self.num_experts} experts"
