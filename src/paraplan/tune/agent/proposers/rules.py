@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from paraplan.sim.breakdown import BreakdownPart as P
-from paraplan.specs.schedule import SCHEDULES
+from paraplan.specs.schedule import SCHEDULES, megatron_schedule
 from paraplan.tune.agent.diagnosis import Diagnosis
 from paraplan.tune.agent.layout import balanced, move_one_layer
 from paraplan.tune.agent.proposers import Proposal, ProposalRound
@@ -110,7 +110,7 @@ def interleave(d: Diagnosis) -> Proposals:
     layout."""
     t = d.train
     share = d.share(P.PIPELINE_BUBBLE)
-    shaped = SCHEDULES[t.pipeline_schedule].interleaves or t.pipeline_schedule == "1f1b"
+    shaped = SCHEDULES[t.pipeline_schedule].interleaves or t.pipeline_schedule == megatron_schedule(1).name
     if t.pp == 1 or share < BUBBLE_SHARE or not shaped:
         return []
     wider = [v for v in range(t.vpp + 1, 4 * t.vpp + 1 if t.vpp > 1 else 5) if t.pp * v <= d.model.num_layers]
@@ -122,7 +122,9 @@ def interleave(d: Diagnosis) -> Proposals:
             f"the pipeline bubble is {_pct(share)} of the step with pp={t.pp}, vpp={t.vpp}, {t.num_microbatches} "
             f"micro-batches; {vpp} virtual stages per rank should cut the fill and drain about {vpp / t.vpp:.1f}x"
         )
-        out.append((why, {"pipeline_schedule": "interleaved", "virtual_pipeline_model_parallel_size": vpp}))
+        out.append(
+            (why, {"pipeline_schedule": megatron_schedule(vpp).name, "virtual_pipeline_model_parallel_size": vpp})
+        )
     return out
 
 
@@ -150,8 +152,8 @@ def other_schedule(d: Diagnosis) -> Proposals:
     out = []
     for name in _schedules_run_by(t.framework, t.pipeline_schedule):
         spec = SCHEDULES[name]
-        if name == "gpipe":
-            continue  # never faster than 1F1B, and holds every micro-batch
+        if spec.all_forwards_first:
+            continue  # GPipe: never faster than 1F1B, and holds every micro-batch
         vpp = 2 if spec.interleaves else 1
         why = f"the pipeline bubble is {_pct(share)} of the step; {spec.label} ({spec.source}) fills it differently"
         out.append((why, {"pipeline_schedule": name, "virtual_pipeline_model_parallel_size": vpp}))
