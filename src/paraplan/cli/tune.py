@@ -39,7 +39,7 @@ from paraplan.textfiles import load_json, read_text_file
 from paraplan.tune.candidate import Candidate, TuneProblem
 from paraplan.tune.evaluate import Evaluation
 from paraplan.tune.explain import Explanation, explain
-from paraplan.tune.proposer import LLMConfig
+from paraplan.tune.proposer import DEFAULT_TIMEOUT_S, LLMConfig
 from paraplan.tune.reproduce import megatron_args, paraplan_command, training_of
 from paraplan.tune.space import SearchSpace, SpaceLimits, parse_constraints
 from paraplan.tune.tuner import ProgressUpdate, TuneOptions, TuneResult, rank, tune
@@ -163,6 +163,9 @@ def tune_command(
     ] = None,
     llm_model: Annotated[str | None, Opt("--llm-model", help="model name at --llm-url")] = None,
     llm_rounds: Annotated[int, Opt("--llm-rounds", help="proposal rounds")] = 2,
+    llm_timeout: Annotated[
+        float, Opt("--llm-timeout", help="seconds for one request to the --llm-url endpoint, whole reply included")
+    ] = DEFAULT_TIMEOUT_S,
     explain_winner: Annotated[bool, Opt("--explain", help="why the winner beats the runner-up")] = False,
     candidates_file: Annotated[
         str | None,
@@ -255,7 +258,7 @@ def tune_command(
         workers=workers,
         address=address,
         study_path=study,
-        llm=LLMConfig.from_options(llm_url, llm_model),
+        llm=LLMConfig.from_options(llm_url, llm_model, llm_timeout),
         llm_rounds=llm_rounds,
         seed=seed,
     )
@@ -437,6 +440,8 @@ def result_dict(result: TuneResult, explanation: Explanation | None = None) -> d
         },
         "resumed": result.resumed,
         "interrupted": result.interrupted,
+        "stopped_by": result.stopped_by or None,
+        "failed": result.failed,
         "notes": result.notes,
     }
     if result.pareto:

@@ -9,6 +9,7 @@ memory). `prune=False` evaluates every variant (multi-objective runs want the me
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from paraplan.cost.calibration import calibration_for
@@ -58,6 +59,12 @@ class TaskReport:
     tag: int = 0
     rejections: list[tuple[Candidate, str]] = field(default_factory=list)
     """Why candidates given one by one (LLM proposals, candidate lists) were not evaluated."""
+    failures: list[str] = field(default_factory=list)
+    """Why the task could not run (its worker process died each time it was run)."""
+    failed_items: int = 0
+    """Items (structures, candidates) of the task left unevaluated by a failure."""
+    stopped: bool = False
+    """The task's deadline passed before all its items were done (the report holds those that were)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +79,13 @@ class Task:
     """Return the finished groups' keys (for a study file's resume)."""
     tag: int = 0
     """Handed back in the report, so the caller knows which of its requests it answers."""
+    deadline_unix: float | None = None
+    """Wall-clock time (`time.time()`, comparable across processes and machines) after which the task takes no
+    further item: a time limit then holds within one projection, not one task."""
+
+
+def _past(deadline_unix: float | None) -> bool:
+    return deadline_unix is not None and time.time() >= deadline_unix
 
 
 def evaluation_of(c: Candidate, projection: Projection, source: str, train: TrainingSpec | None = None) -> Evaluation:
@@ -159,12 +173,18 @@ class Evaluator:
         report = TaskReport(tag=task.tag)
         if task.kind == "groups":
             for base in task.items:
+                if _past(task.deadline_unix):
+                    report.stopped = True
+                    break
                 self._group(base, task.source, task.prune, report)
                 report.groups += 1
                 if task.record_groups:
                     report.groups_done.append(base.key())
             return report
         for item in task.items:
+            if _past(task.deadline_unix):
+                report.stopped = True
+                break
             c, train = (item, None) if task.kind == "candidates" else item
             evaluation, reason = self.evaluate(c, task.source, train)
             if evaluation is not None:

@@ -12,6 +12,7 @@ import random
 import time
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from paraplan.errors import ConfigError
@@ -24,7 +25,10 @@ OBJECTIVES = {"throughput": "maximize", "memory": "minimize", "gpus": "minimize"
 INFEASIBLE_GIB = 1e6
 NEIGHBOUR_TRIES = 20
 TRIALS_PER_TASK = 4
-"""Small tasks keep the sampler learning between them; the executor keeps several in flight."""
+"""Small tasks spread a batch over the workers."""
+BATCH_TRIALS = 64
+"""Trials asked before any is told: a fixed number, not one per worker, so that a seed gives the same trials on any
+executor; 16 tasks keep a pool of 16 workers busy."""
 INFEASIBLE = "infeasible"
 """Constraint name: 1 for an illegal, filtered or out-of-memory trial, 0 for one that fits."""
 
@@ -197,50 +201,65 @@ class OptunaSearch:
         budget: int,
         deadline: float | None,
         source: str,
+        deadline_unix: float | None = None,
     ) -> Iterator[TaskReport]:
-        """Ask, evaluate, tell until `budget` trials or the deadline. Trials are asked while earlier ones are
-        being evaluated (the executor pulls tasks as workers free up; TPE's constant liar covers those in
-        flight), so neither the sampler nor the workers wait for each other."""
+        """Ask, evaluate, tell until `budget` trials or the deadline, in batches of `BATCH_TRIALS` trials: a batch
+        is asked (TPE's constant liar covers the trials not yet told), evaluated by the executor in parallel, and
+        told in the order it was asked, its reports yielded in that order. What the sampler sees therefore
+        depends on the seed alone, not on the number of workers or on which task finished first."""
         distributions = self._distributions()
-        kind = "groups" if self.grouped else "candidates"
-        waiting: dict[int, list[tuple[Any, Candidate]]] = {}
-        mutants: dict[int, list[Candidate]] = {}
-
-        def tasks() -> Iterator[Task]:
-            tag = 0
-            while self.asked < budget and (deadline is None or time.monotonic() < deadline):
-                trials = [self.study.ask(distributions) for _ in range(min(TRIALS_PER_TASK, budget - self.asked))]
-                self.asked += len(trials)
-                pairs = [(trial, self.candidate_of(trial.params)) for trial in trials]
-                todo = {c for _, c in pairs if not self._known(c, known)}
-                extra = []
-                for trial, c in pairs:
-                    if c in todo:
-                        continue
-                    self._tell(trial, c, known)  # a repeat: answer it, and try a neighbour instead
-                    neighbour = self._neighbour(c, known, todo)
-                    if neighbour is not None:
-                        todo.add(neighbour)
-                        extra.append(neighbour)
-                if not todo:
-                    continue
-                tag += 1
-                waiting[tag] = [(trial, c) for trial, c in pairs if c in todo]
-                mutants[tag] = extra
-                yield Task(kind, tuple(sorted(todo, key=Candidate.sort_key)), source, tag=tag)
-
-        for report in executor.run(tasks()):
-            for e in report.evaluations:
-                if self.grouped:
-                    if e.fits:
-                        structure = e.candidate.structure()
-                        self._group_best[structure] = max(self._group_best.get(structure, 0.0), e.tokens_per_sec)
-                else:
-                    self._found[e.candidate] = e
-            for trial, c in waiting.pop(report.tag, []):
+        while self.asked < budget and (deadline is None or time.monotonic() < deadline):
+            tasks, asked, mutants = self._ask_batch(min(BATCH_TRIALS, budget - self.asked), known, distributions)
+            tasks = [replace(task, source=source, deadline_unix=deadline_unix) for task in tasks]
+            reports = {report.tag: report for report in executor.run(tasks)} if tasks else {}
+            ordered = [reports.get(task.tag) or TaskReport(tag=task.tag) for task in tasks]
+            for report in ordered:
+                for e in report.evaluations:
+                    if self.grouped:
+                        if e.fits:
+                            structure = e.candidate.structure()
+                            self._group_best[structure] = max(self._group_best.get(structure, 0.0), e.tokens_per_sec)
+                    else:
+                        self._found[e.candidate] = e
+            for trial, c in asked:
                 self._tell(trial, c, known)
-            self._add_trials(mutants.pop(report.tag, []), known)
-            yield report
+            self._add_trials(mutants, known)
+            yield from ordered
+
+    def _ask_batch(
+        self, count: int, known: dict[Candidate, Evaluation], distributions: dict
+    ) -> tuple[list[Task], list[tuple[Any, Candidate]], list[Candidate]]:
+        """(tasks of about `TRIALS_PER_TASK` new candidates, the trials to tell once they are evaluated, the
+        neighbours evaluated in place of repeats). A trial that repeats a known candidate is told at once and a
+        random one-axis neighbour is evaluated instead."""
+        kind = "groups" if self.grouped else "candidates"
+        tasks: list[Task] = []
+        asked: list[tuple[Any, Candidate]] = []
+        mutants: list[Candidate] = []
+        queued: set[Candidate] = set()
+        while count > 0:
+            trials = [self.study.ask(distributions) for _ in range(min(TRIALS_PER_TASK, count))]
+            count -= len(trials)
+            self.asked += len(trials)
+            todo: list[Candidate] = []
+            for trial in trials:
+                c = self.candidate_of(trial.params)
+                if c in queued:  # asked twice in this batch: told with the first one's result
+                    asked.append((trial, c))
+                elif self._known(c, known):
+                    self._tell(trial, c, known)  # a repeat: answer it, and try a neighbour instead
+                    neighbour = self._neighbour(c, known, queued)
+                    if neighbour is not None:
+                        queued.add(neighbour)
+                        todo.append(neighbour)
+                        mutants.append(neighbour)
+                else:
+                    queued.add(c)
+                    todo.append(c)
+                    asked.append((trial, c))
+            if todo:
+                tasks.append(Task(kind, tuple(sorted(todo, key=Candidate.sort_key)), "", tag=len(tasks) + 1))
+        return tasks, asked, mutants
 
     def _neighbour(self, c: Candidate, known: dict[Candidate, Evaluation], taken: set[Candidate]) -> Candidate | None:
         """A random one-axis change of a repeated proposal that is neither known nor already queued."""

@@ -83,9 +83,14 @@ def baseline(space: SearchSpace, evaluator: Evaluator) -> Candidate | None:
 
 
 def seed_plan(
-    space: SearchSpace, evaluator: Evaluator, score: Score, max_passes: int = 3
+    space: SearchSpace,
+    evaluator: Evaluator,
+    score: Score,
+    max_passes: int = 3,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[list[Evaluation], TaskReport]:
-    """Coordinate descent from the baseline. Returns (every evaluation made in order, rejection counts)."""
+    """Coordinate descent from the baseline. Returns (every evaluation made in order, rejection counts); `stop`
+    (a time limit) ends it early with what it found."""
     report = TaskReport()
     start = baseline(space, evaluator)
     if start is None:
@@ -103,6 +108,8 @@ def seed_plan(
             except KeyError:
                 continue
             for value in values:
+                if stop is not None and stop():
+                    return evaluations, report
                 c = space.normalize(space.with_axis(current, axis, value))
                 if c == current or not space.admits(c):
                     continue

@@ -107,6 +107,10 @@ class TuneResult:
     interrupted: bool = False
     resumed: int = 0
     notes: list[str] = field(default_factory=list)
+    stopped_by: str = ""
+    """What ended the search before it was complete: "time limit", "budget" (or "" when it ran to the end)."""
+    failed: int = 0
+    """Items (structures, candidates) left unevaluated because their worker process died each time."""
 
     @property
     def candidates_per_s(self) -> float:
@@ -158,6 +162,8 @@ class _Ledger:
         self.best: Evaluation | None = None
         self.phase, self.done, self.total = "", 0, 0
         self.rejections: list[tuple[Candidate, str]] = []
+        self.failed_items = 0
+        self.failures: list[str] = []
 
     def add(self, report: TaskReport, count_groups: bool = False) -> None:
         for e in report.evaluations:
@@ -174,6 +180,8 @@ class _Ledger:
         self.memory_rejected += report.memory_rejected
         self.dominated += report.dominated
         self.rejections += report.rejections
+        self.failed_items += report.failed_items
+        self.failures += report.failures
         if count_groups:
             self.done += report.groups
         if self.study is not None:
@@ -238,6 +246,7 @@ def _group_tasks(
     record: bool,
     stop: Callable[[], bool],
     max_cost: float = float("inf"),
+    deadline_unix: float | None = None,
 ) -> Iterator[Task]:
     """Batches of about `groups_per_task` structures in work order, cut between plan keys, so that one worker
     builds each plan and its neighbours reuse it; a batch whose estimated cost reaches `max_cost` is cut
@@ -252,7 +261,7 @@ def _group_tasks(
         if (boundary and len(batch) >= options.groups_per_task) or cost >= max_cost or last:
             if stop():
                 return
-            yield Task("groups", tuple(batch), "exhaustive", prune, record)
+            yield Task("groups", tuple(batch), "exhaustive", prune, record, deadline_unix=deadline_unix)
             batch, cost = [], 0
 
 
@@ -276,11 +285,32 @@ class _Run:
     search_started: float = 0.0
     search_elapsed_s: float = 0.0
     search_evaluated_before: int = 0
+    stopped_by: str = ""
+
+    def over_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def stop(self) -> bool:
         budget = self.options.budget
         over_budget = budget is not None and self.ledger.evaluated - self.search_evaluated_before >= budget
-        return over_budget or (self.deadline is not None and time.monotonic() >= self.deadline)
+        return over_budget or self.over_time()
+
+    def task_deadline(self) -> float | None:
+        """The time limit as a wall-clock time, for tasks that run in other processes (`Task.deadline_unix`)."""
+        return None if self.deadline is None else time.time() + (self.deadline - time.monotonic())
+
+    def note_stop(self, what: str) -> None:
+        """Say (once) that the time limit or the budget stopped `what` ("the search after 5 of 9 trials")."""
+        if self.stopped_by:
+            return
+        self.stopped_by = "time limit" if self.over_time() else "budget"
+        limit = (
+            f"time limit of {self.options.time_limit_s:g} s"
+            if self.stopped_by == "time limit"
+            else f"budget of {self.options.budget:,}"
+        )
+        resume = " (resume with the same --study)" if self.study is not None else ""
+        self.notes.append(f"the {limit} stopped {what}: the results are what was found{resume}")
 
 
 def tune(
@@ -318,7 +348,7 @@ def tune(
         else:
             _seed(run)
             _search(run)
-            if options.llm is not None and not run.stop():
+            if options.llm is not None and not run.over_time():  # the budget is the search's
                 _llm_rounds(run)
     except KeyboardInterrupt:
         interrupted = True
@@ -334,6 +364,16 @@ def tune(
         run.search_elapsed_s = time.monotonic() - run.search_started
     ledger = run.ledger
     everything = ledger.all()
+    restarts = getattr(run.executor, "restarts", 0)
+    if restarts:
+        deaths = ", ".join(sorted(set(getattr(run.executor, "deaths", []))))
+        run.notes.append(
+            f"the worker pool was started again {restarts} time(s) after a worker died ({deaths}); "
+            "the tasks it lost were run again"
+        )
+    if ledger.failed_items:
+        reasons = "; ".join(sorted(set(ledger.failures)))
+        run.notes.append(f"{ledger.failed_items:,} item(s) not evaluated: {reasons}")
     if run.method == "candidates":
         run.notes += [f"not evaluated: {c.describe()}: {reason}" for c, reason in ledger.rejections[:20]]
     return TuneResult(
@@ -352,6 +392,8 @@ def tune(
         interrupted=interrupted,
         resumed=run.resumed,
         notes=run.notes,
+        stopped_by=run.stopped_by,
+        failed=ledger.failed_items,
     )
 
 
@@ -403,7 +445,7 @@ def _seed(run: _Run) -> None:
     ledger.phase = "seed"
     ledger.notify()
     started = time.process_time()
-    evaluations, report = seed_plan(run.space, run.evaluator, score)
+    evaluations, report = seed_plan(run.space, run.evaluator, score, stop=run.over_time)
     if evaluations:
         run.projection_s = (time.process_time() - started) / len(evaluations)
     report.evaluations = [e for e in evaluations if e.candidate not in ledger.known]
@@ -415,20 +457,14 @@ def _search(run: _Run) -> None:
     options, ledger = run.options, run.ledger
     workers = options.workers or _default_workers(options)
     run.method = _choose_method(options, run.space.count_structures(), workers, run.projection_s)
+    if run.over_time():
+        run.note_stop("the search before it started")
+        return
     run.executor = make_executor(options.executor, run.evaluator, options.workers, options.address)
     run.search_started = time.monotonic()
     run.search_evaluated_before = ledger.evaluated
     if run.method == "exhaustive":
-        structures = _work_order(list(run.space.structures()), run.problem.gbs)
-        if run.done_groups:
-            structures = [s for s in structures if s.key() not in run.done_groups]
-        ledger.phase, ledger.done, ledger.total = "exhaustive", 0, len(structures)
-        prune = len(options.objectives) == 1
-        total = sum(_cost(c, run.problem.gbs) for c in structures)
-        max_cost = total / (TASKS_PER_WORKER * run.executor.workers)
-        tasks = _group_tasks(structures, run.problem.gbs, options, prune, run.study is not None, run.stop, max_cost)
-        for report in run.executor.run(tasks):
-            ledger.add(report, count_groups=True)
+        _exhaustive(run)
     else:
         from paraplan.tune.optuna_search import OptunaSearch
 
@@ -436,10 +472,43 @@ def _search(run: _Run) -> None:
         search.warm_start(list(ledger.known.values()))
         trials = options.budget or DEFAULT_SAMPLING_BUDGET
         ledger.phase, ledger.done, ledger.total = run.method, 0, trials
-        for report in search.run(run.executor, ledger.known, trials, run.deadline, run.method):
+        for report in search.run(run.executor, ledger.known, trials, run.deadline, run.method, run.task_deadline()):
             ledger.done = search.asked
             ledger.add(report)
+        if run.over_time() and search.asked < trials:
+            run.note_stop(f"the {run.method} search after {search.asked:,} of {trials:,} trials")
     run.search_elapsed_s = time.monotonic() - run.search_started
+
+
+ENUMERATION_CHECK_EVERY = 1024
+"""Structures listed between two looks at the clock while the space is enumerated."""
+
+
+def _exhaustive(run: _Run) -> None:
+    """Every structure with its recompute chain, costliest plans first; the listing of the space, the tasks and the
+    workers all stop at the time limit."""
+    options, ledger, gbs = run.options, run.ledger, run.problem.gbs
+    ledger.phase = "exhaustive"
+    structures: list[Candidate] = []
+    for i, structure in enumerate(run.space.structures()):
+        if i % ENUMERATION_CHECK_EVERY == 0 and run.over_time():
+            run.note_stop(f"the listing of the space after {i:,} of {run.space.count_structures():,} structures")
+            return
+        if not run.done_groups or structure.key() not in run.done_groups:
+            structures.append(structure)
+    structures = _work_order(structures, gbs)
+    ledger.done, ledger.total = 0, len(structures)
+    prune = len(options.objectives) == 1
+    total = sum(_cost(c, gbs) for c in structures)
+    max_cost = total / (TASKS_PER_WORKER * run.executor.workers) if run.executor else float("inf")
+    tasks = _group_tasks(
+        structures, gbs, options, prune, run.study is not None, run.stop, max_cost, run.task_deadline()
+    )
+    assert run.executor is not None
+    for report in run.executor.run(tasks):
+        ledger.add(report, count_groups=True)
+    if ledger.done < ledger.total and run.stop():
+        run.note_stop(f"the exhaustive search after {ledger.done:,} of {ledger.total:,} structures")
 
 
 def _default_workers(options: TuneOptions) -> int:
@@ -464,26 +533,54 @@ def _candidate_item(problem: TuneProblem, c: Candidate | TrainingSpec) -> tuple[
 
 
 def _llm_rounds(run: _Run) -> None:
-    """Ask the configured language model for cross-axis candidates, given the best found so far."""
-    assert run.options.llm is not None and run.executor is not None
-    proposer = LLMProposer(run.options.llm)
-    ledger, space, notes = run.ledger, run.space, run.notes
+    """Ask the configured language model for cross-axis candidates, given the best found so far. Whatever the
+    endpoint does, the tune goes on: each kind of problem is one note (with a count), a failed endpoint ends the
+    proposals, and no request outlasts the time limit."""
+    llm = run.options.llm
+    assert llm is not None and run.executor is not None
+    proposer = LLMProposer(llm)
+    ledger, space = run.ledger, run.space
     ledger.phase = "llm"
+    log = _ProblemLog()
     for _ in range(run.options.llm_rounds):
-        proposals, problems = proposer.propose(space, rank(ledger.known.values(), 20))
-        notes += problems
+        if run.over_time():
+            break
+        timeout_s = llm.timeout_s if run.deadline is None else min(llm.timeout_s, run.deadline - time.monotonic())
+        proposals, problems = proposer.propose(space, rank(ledger.known.values(), 20), max(0.1, timeout_s))
+        for problem in problems:
+            log.add(problem.kind, problem.message)
         fresh: list[Candidate] = []
         for c in proposals:
             if c in ledger.known or c in fresh:
                 continue
             if not space.admits(c):
-                notes.append(f"LLM proposal outside the constraints: {c.describe()}")
+                log.add("outside constraints", f"LLM proposal outside the constraints: {c.describe()}")
                 continue
             fresh.append(c)
+        if any(p.endpoint_failed for p in problems):
+            break  # the endpoint failed (unreachable, timeout, redirect, HTTP error): do not ask again
         if not fresh:
-            if problems and not proposals:
-                break  # the endpoint failed: do not ask again
             continue
-        for report in run.executor.run([Task("candidates", tuple(fresh), "llm")]):
-            notes += [f"LLM proposal {c.describe()} rejected: {reason}" for c, reason in report.rejections]
+        for report in run.executor.run([Task("candidates", tuple(fresh), "llm", deadline_unix=run.task_deadline())]):
+            for c, reason in report.rejections:
+                log.add("rejected: " + reason.split(":")[0], f"LLM proposal {c.describe()} rejected: {reason}")
             ledger.add(report)
+    run.notes += log.lines()
+
+
+class _ProblemLog:
+    """Problems by kind: the first message of each kind, and how many more there were."""
+
+    def __init__(self) -> None:
+        self._first: dict[str, str] = {}
+        self._count: dict[str, int] = {}
+
+    def add(self, kind: str, message: str) -> None:
+        self._first.setdefault(kind, message)
+        self._count[kind] = self._count.get(kind, 0) + 1
+
+    def lines(self) -> list[str]:
+        return [
+            message if self._count[kind] == 1 else f"{message} (and {self._count[kind] - 1} more like it)"
+            for kind, message in self._first.items()
+        ]
