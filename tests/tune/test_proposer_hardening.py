@@ -243,7 +243,7 @@ def test_propose_never_raises_on_any_reply_text(dense_problem, monkeypatch) -> N
     proposal = st.dictionaries(axes, values, max_size=6) | values
     space = SearchSpace(dense_problem)
 
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(items=st.lists(proposal, max_size=5), wrap=st.sampled_from(["{}", "```json\n{}\n```", "Sure: {} ok"]))
     def check(items: list, wrap: str) -> None:
         proposer = LLMProposer(LLMConfig(url="http://unused", model="m"))
