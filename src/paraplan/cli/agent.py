@@ -14,6 +14,7 @@ from paraplan.tune.agent import PROPOSERS, AgentOptions, AgentResult, AgentStep,
 from paraplan.tune.agent.loop import DEFAULT_BUDGET
 from paraplan.tune.agent.record import step_lines
 from paraplan.tune.candidate import TuneProblem
+from paraplan.tune.proposer import DEFAULT_TIMEOUT_S
 
 Opt = typer.Option
 
@@ -53,13 +54,14 @@ def agent_options(
     study: str | None,
     llm_url: str | None,
     llm_model: str | None,
+    llm_timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> AgentOptions:
     llm = None
     if proposer == "llm":
         from paraplan.tune.agent.proposers.llm import config_from
 
         check_outputs({"--agent-transcript": transcript})  # the replies are appended there
-        llm = config_from(llm_url, llm_model)
+        llm = config_from(llm_url, llm_model, llm_timeout_s)
     options = AgentOptions(
         proposer=proposer,
         budget=DEFAULT_BUDGET if budget is None else budget,

@@ -197,7 +197,7 @@ def tune_command(
         if candidates_file:
             raise ConfigError("--agent starts from the search's best or --agent-start, not from --candidates")
         agent_options = agent_cli.agent_options(
-            agent_proposer, agent_budget, agent_time_limit, agent_transcript, study, llm_url, llm_model
+            agent_proposer, agent_budget, agent_time_limit, agent_transcript, study, llm_url, llm_model, llm_timeout
         )
         if agent_proposer == "llm":
             llm_url = llm_model = None  # the agent asks the endpoint, not the search's proposal rounds

@@ -143,9 +143,9 @@ class LocalPoolExecutor:
     def _restart(self) -> None:
         """A worker died: note how, drop the broken pool and start a new one."""
         self.restarts += 1
+        self._close_pool()  # the broken pool's workers are dead or terminated: reaped here, exit codes known
         codes = {p.exitcode for p in self._processes if p.exitcode not in (None, -signal.SIGTERM)}
         self.deaths += [_death(code) for code in sorted(codes, key=str)] or ["a worker process died"]
-        self._close_pool()
         self._pool, self._processes = self._start()
 
     def run(self, tasks: Iterable[Task]) -> Iterator[TaskReport]:
