@@ -421,10 +421,16 @@ def _rank_candidates(run: _Run, candidates: Sequence[Candidate | TrainingSpec]) 
     items = [_candidate_item(run.problem, c) for c in candidates]
     run.executor = _executor(run.options, run.evaluator, len(items))
     per_task = max(1, -(-len(items) // (4 * run.executor.workers)))
-    tasks = [Task("specs", tuple(items[i : i + per_task]), "candidates") for i in range(0, len(items), per_task)]
+    deadline_unix = run.task_deadline()
+    tasks = [
+        Task("specs", tuple(items[i : i + per_task]), "candidates", deadline_unix=deadline_unix)
+        for i in range(0, len(items), per_task)
+    ]
     for report in run.executor.run(tasks):
         ledger.done += len(report.evaluations) + len(report.rejections)
         ledger.add(report)
+    if ledger.done + ledger.failed_items < ledger.total and run.over_time():
+        run.note_stop(f"the ranking after {ledger.done:,} of {ledger.total:,} candidates")
 
 
 def _warm_up_loops() -> None:
