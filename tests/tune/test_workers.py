@@ -190,8 +190,9 @@ def test_a_time_limit_holds_on_a_large_space() -> None:
     wall_s = time.monotonic() - started
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert wall_s < limit_s + 6.0, f"{wall_s:.1f} s for a {limit_s} s limit"
-    assert out["elapsed_s"] < limit_s + 3.0
+    # margins for a busy machine: one projection in flight, closing the pool, the output
+    assert out["elapsed_s"] < limit_s + 6.0, f"{out['elapsed_s']:.1f} s in the tuner for a {limit_s} s limit"
+    assert wall_s < limit_s + 10.0, f"{wall_s:.1f} s for a {limit_s} s limit"
     assert out["top"], "what was found before the limit is printed"
     assert out["stopped_by"] == "time limit"
     assert any(f"time limit of {limit_s:g} s stopped" in n for n in out["notes"]), out["notes"]
