@@ -493,7 +493,8 @@ ENUMERATION_CHECK_EVERY = 1024
 def _exhaustive(run: _Run) -> None:
     """Every structure with its recompute chain, costliest plans first; the listing of the space, the tasks and the
     workers all stop at the time limit."""
-    options, ledger, gbs = run.options, run.ledger, run.problem.gbs
+    options, ledger, gbs, executor = run.options, run.ledger, run.problem.gbs, run.executor
+    assert executor is not None
     ledger.phase = "exhaustive"
     structures: list[Candidate] = []
     for i, structure in enumerate(run.space.structures()):
@@ -506,12 +507,11 @@ def _exhaustive(run: _Run) -> None:
     ledger.done, ledger.total = 0, len(structures)
     prune = len(options.objectives) == 1
     total = sum(_cost(c, gbs) for c in structures)
-    max_cost = total / (TASKS_PER_WORKER * run.executor.workers) if run.executor else float("inf")
+    max_cost = total / (TASKS_PER_WORKER * executor.workers)
     tasks = _group_tasks(
         structures, gbs, options, prune, run.study is not None, run.stop, max_cost, run.task_deadline()
     )
-    assert run.executor is not None
-    for report in run.executor.run(tasks):
+    for report in executor.run(tasks):
         ledger.add(report, count_groups=True)
     if ledger.done < ledger.total and run.stop():
         run.note_stop(f"the exhaustive search after {ledger.done:,} of {ledger.total:,} structures")
@@ -548,30 +548,33 @@ def _llm_rounds(run: _Run) -> None:
     ledger, space = run.ledger, run.space
     ledger.phase = "llm"
     log = _ProblemLog()
-    for _ in range(run.options.llm_rounds):
-        if run.over_time():
-            break
-        timeout_s = llm.timeout_s if run.deadline is None else min(llm.timeout_s, run.deadline - time.monotonic())
-        proposals, problems = proposer.propose(space, rank(ledger.known.values(), 20), max(0.1, timeout_s))
-        for problem in problems:
-            log.add(problem.kind, problem.message)
-        fresh: list[Candidate] = []
-        for c in proposals:
-            if c in ledger.known or c in fresh:
+    try:
+        for _ in range(run.options.llm_rounds):
+            if run.over_time():
+                break
+            timeout_s = llm.timeout_s if run.deadline is None else min(llm.timeout_s, run.deadline - time.monotonic())
+            proposals, problems = proposer.propose(space, rank(ledger.known.values(), 20), max(0.1, timeout_s))
+            for problem in problems:
+                log.add(problem.kind, problem.message)
+            fresh: list[Candidate] = []
+            for c in proposals:
+                if c in ledger.known or c in fresh:
+                    continue
+                if not space.admits(c):
+                    log.add("outside constraints", f"LLM proposal outside the constraints: {c.describe()}")
+                    continue
+                fresh.append(c)
+            if any(p.endpoint_failed for p in problems):
+                break  # the endpoint failed (unreachable, timeout, redirect, HTTP error): do not ask again
+            if not fresh:
                 continue
-            if not space.admits(c):
-                log.add("outside constraints", f"LLM proposal outside the constraints: {c.describe()}")
-                continue
-            fresh.append(c)
-        if any(p.endpoint_failed for p in problems):
-            break  # the endpoint failed (unreachable, timeout, redirect, HTTP error): do not ask again
-        if not fresh:
-            continue
-        for report in run.executor.run([Task("candidates", tuple(fresh), "llm", deadline_unix=run.task_deadline())]):
-            for c, reason in report.rejections:
-                log.add("rejected: " + reason.split(":")[0], f"LLM proposal {c.describe()} rejected: {reason}")
-            ledger.add(report)
-    run.notes += log.lines()
+            task = Task("candidates", tuple(fresh), "llm", deadline_unix=run.task_deadline())
+            for report in run.executor.run([task]):
+                for c, reason in report.rejections:
+                    log.add("rejected: " + reason.split(":")[0], f"LLM proposal {c.describe()} rejected: {reason}")
+                ledger.add(report)
+    finally:  # Ctrl-C keeps what the rounds found out
+        run.notes += log.lines()
 
 
 class _ProblemLog:
