@@ -103,7 +103,11 @@ def test_dualpipe_bubbles_match_the_repository_table(pp: int) -> None:
     assert dual_v == max(run("dualpipe", 2 * pp, 2 * m, uniform_chunk(f, b, w)).bubble_s)
 
 
-@pytest.mark.parametrize("f,b,w", [(1.0, 1.0, 1.0), (0.75, 1.25, 0.5), (1.0, 2.0, 0.25), (1.0, 2.0, 0.0), (2.0, 1.0, 0.5)])
+# F, B, W per rank: equal, the Qi et al. mix, recompute-like (B ~ 2F, W small or none), a heavy forward
+PASS_TIMES = [(1.0, 1.0, 1.0), (0.75, 1.25, 0.5), (1.0, 2.0, 0.25), (1.0, 2.0, 0.0), (2.0, 1.0, 0.5)]
+
+
+@pytest.mark.parametrize("f,b,w", PASS_TIMES)
 @pytest.mark.parametrize("pp", [2, 4, 8])
 def test_zb_v_bubble_is_below_1f1b_and_zb_h1_whatever_the_pass_times(f: float, b: float, w: float, pp: int) -> None:
     # Balanced stages, the same work per rank (ZB-V's two chunks each hold half). The static order is played with

@@ -53,7 +53,8 @@ def zb_v(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> tuple[RankPr
     A static order is played with the real pass times, so it must not depend on them: an order built for unit
     F = B = W times (a greedy list scheduler) interleaves deferred W passes into the steady state and, once B
     and W differ (activation recompute makes B about twice F and W small), stalls every rank on its neighbours
-    once per micro-batch, a bubble that grows with m."""
+    once per micro-batch, a bubble that grows with m. Primus's `zero_bubble_v_schedule` (the zero-bubble
+    repository) may order its passes from measured pass times instead; paraplan plays this order for it too."""
     n = max(2 * pp - 1, m)
     programs = []
     for rank in range(pp):
