@@ -122,6 +122,10 @@ def test_zb_v_bubble_is_below_1f1b_and_zb_h1_whatever_the_pass_times(f: float, b
         bubbles[m] = max(zb_v.bubble_s)
     # from 2pp - 1 micro-batches on the steady state has no bubble: more micro-batches add none
     assert bubbles[4 * pp] == pytest.approx(bubbles[2 * pp])
+    # DualPipeV (same V, F&B pairs; no EP comm here to hide): also at most 1F1B's, and flat in m
+    dual_v = [max(run("dualpipev", pp, m, half).bubble_s) for m in (2 * pp, 4 * pp)]
+    assert dual_v[0] == pytest.approx(dual_v[1])
+    assert dual_v[0] <= max(run("1f1b", pp, 2 * pp, per_rank).bubble_s)
     if f == b == w:  # only the fill of the first forwards is left: (p-1) chunk forwards, half ZB-H1's (p-1)(F+B-W)
         assert bubbles[2 * pp] == pytest.approx((pp - 1) * f / 2)
 
