@@ -1,6 +1,7 @@
 """The static per-rank programs of the schedules, and their builders' agreement with the declared geometry."""
 
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,6 +49,34 @@ def test_one_f_one_b_order() -> None:
     programs = rank_programs("1f1b", 4, 1, 6)
     assert programs[0].actions[:5] == ((F, 0, 0), (F, 0, 1), (F, 0, 2), (F, 0, 3), (BW, 0, 0))
     assert programs[3].actions[:4] == ((F, 0, 0), (BW, 0, 0), (F, 0, 1), (BW, 0, 1))
+
+
+def test_zb_v_order_is_torchtitans() -> None:
+    # rank 0 of 2: 3 forwards of chunk 0 (warm-up 2(pp - r) - 1), then F B W on chunk 1 (the top of the V),
+    # then the steady state F0 B0 W0 F1 B1 W1; the last rank pairs (F1, F0) before its first F1 B1 W1
+    pp, m = 2, 4
+    rank0, rank1 = (p.actions for p in rank_programs("zb-v", pp, 2, m))
+    assert rank0[:3] == ((F, 0, 0), (F, 0, 1), (F, 0, 2))
+    assert rank0[3:9] == ((F, 1, 0), (B, 1, 0), (W, 1, 0), (F, 1, 1), (B, 1, 1), (W, 1, 1))
+    assert rank0[9:15] == ((F, 0, 3), (B, 0, 0), (W, 0, 0), (F, 1, 2), (B, 1, 2), (W, 1, 2))
+    assert rank1[:6] == ((F, 0, 0), (F, 1, 0), (F, 0, 1), (F, 1, 1), (B, 1, 0), (W, 1, 0))
+
+
+def test_zb_v_matches_torch_pipelining() -> None:
+    # the order torch.distributed.pipelining's ScheduleZBVZeroBubble computes (torchtitan's ZBVZeroBubble), with
+    # the idle slots it pads in (None) dropped
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    kinds = {"F": F, "I": B, "W": W}
+    for pp, m in ((2, 4), (4, 8), (4, 5), (8, 16), (8, 32)):
+        torch_like = SimpleNamespace(pp_group_size=pp, _n_microbatches=m, num_stages=2 * pp)
+        for rank, prog in enumerate(rank_programs("zb-v", pp, 2, m)):
+            ops = schedules.ScheduleZBVZeroBubble._calculate_single_rank_operations(torch_like, rank)
+            expected = tuple(
+                (kinds[op.computation_type.value], 0 if op.stage_index == rank else 1, op.microbatch_index)
+                for op in ops
+                if op is not None
+            )
+            assert prog.actions == expected, (pp, m, rank)
 
 
 def test_dualpipe_follows_the_repository_steps() -> None:

@@ -1,12 +1,10 @@
-"""Zero-bubble programs: ZB-H1 (Qi et al. 2023) and ZB-V (Qi et al. 2024).
+"""Zero-bubble programs: ZB-H1 and ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024).
 
 Both split the backward into B (input gradient, on the critical path between stages) and W (weight
 gradient, local), and move W into what would otherwise be bubbles.
 """
 
 from __future__ import annotations
-
-from collections import deque
 
 from paraplan.sim.program import Action, B, F, RankProgram, W
 
@@ -39,80 +37,58 @@ def zb_h1(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> tuple[RankP
 
 
 def zb_v(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> tuple[RankProgram, ...]:
-    """ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"; the zero-bubble repository's
-    `zbv` greedy scheduler): 2 chunks per rank in a V (rank r holds stages r and 2pp-1-r), built by a greedy
-    list scheduler on unit F = B = W times under 1F1B's memory (2pp chunk-micro-batches per rank):
-    a ready B first (it is on the critical path), then a ready F (the upper chunk first, to reach the loss
-    sooner) while memory allows, else a deferred W (filling what would be a bubble).
-    The resulting static order is what the engine then plays with the real durations. Two chunks per rank
-    whatever vpp says; no F&B pairs (overlap_pairs unused)."""
-    cap = 2 * pp
-    inf = 1 << 60
-    # done step (exclusive end) of F and B per [rank][chunk][micro-batch]
-    f_done = [[[inf] * m for _ in range(2)] for _ in range(pp)]
-    b_done = [[[inf] * m for _ in range(2)] for _ in range(pp)]
+    """ZB-V (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR, section 6): 2 chunks per rank in a V
+    (rank r holds stages r and 2pp-1-r), the handcrafted order torchtitan runs as `ZBVZeroBubble`
+    (torch.distributed.pipelining `ScheduleZBVZeroBubble._calculate_single_rank_operations`). Two chunks per
+    rank whatever vpp says; no F&B pairs (overlap_pairs unused).
 
-    def upstream(rank: int, chunk: int) -> tuple[int, int] | None:
-        if chunk == 0:
-            return (rank - 1, 0) if rank > 0 else None
-        return (rank + 1, 1) if rank < pp - 1 else (rank, 0)
+    Rank r: warm-up 2(pp - r) - 1 forwards of chunk 0, then r pairs (F chunk 1, F chunk 0), then pp - r rounds
+    of F B W on chunk 1; steady state F B W on chunk 0 then F B W on chunk 1 (one forward and one backward per
+    chunk, like 1F1B, so the steady state has no bubble whatever the pass times); cool-down r pairs of B
+    (chunk 0, chunk 1) with their W deferred, pp - r rounds of B W on chunk 0, then the deferred W passes,
+    which fill the drain. It holds at most 2pp chunk-micro-batches per rank (pp whole-rank micro-batches),
+    1F1B's peak. Fewer than 2pp - 1 micro-batches: the order for 2pp - 1 with the missing micro-batches' actions
+    left out, as torch does.
 
-    def downstream(rank: int, chunk: int) -> tuple[int, int] | None:
-        if chunk == 0:
-            return (rank + 1, 0) if rank < pp - 1 else (rank, 1)
-        return (rank - 1, 1) if rank > 0 else None
-
-    ups = [[upstream(r, c) for c in range(2)] for r in range(pp)]
-    downs = [[downstream(r, c) for c in range(2)] for r in range(pp)]
-    next_f = [[0, 0] for _ in range(pp)]
-    next_b = [[0, 0] for _ in range(pp)]
-    pending_w: list[deque[tuple[int, int]]] = [deque() for _ in range(pp)]
-    memory = [0] * pp
-    left = [6 * m] * pp
-    actions: list[list[Action]] = [[] for _ in range(pp)]
-    step = 0
-    while any(left):
-        progressed = False
-        for r in range(pp):
-            if not left[r]:
-                continue
-            choice: Action | None = None
-            # a ready B: smallest micro-batch, the upper chunk (closer to the loss) on ties
-            best_mb = inf
-            for c in (1, 0):
-                mb = next_b[r][c]
-                if mb < m and mb < best_mb and f_done[r][c][mb] <= step:
-                    down = downs[r][c]
-                    if down is None or b_done[down[0]][down[1]][mb] <= step:
-                        best_mb, choice = mb, (B, c, mb)
-            if choice is None and memory[r] < cap:
-                for c in (1, 0):
-                    mb = next_f[r][c]
-                    if mb < m:
-                        up = ups[r][c]
-                        if up is None or f_done[up[0]][up[1]][mb] <= step:
-                            choice = (F, c, mb)
-                            break
-            if choice is None and pending_w[r]:
-                c, mb = pending_w[r].popleft()
-                choice = (W, c, mb)
-            if choice is None:
-                continue
-            kind, c, mb = choice
-            if kind == F:
-                f_done[r][c][mb] = step + 1
-                next_f[r][c] += 1
-                memory[r] += 1
-            elif kind == B:
-                b_done[r][c][mb] = step + 1
-                next_b[r][c] += 1
-                pending_w[r].append((c, mb))
-            else:
-                memory[r] -= 1
-            actions[r].append(choice)
-            left[r] -= 1
-            progressed = True
-        step += 1
-        if not progressed:  # every op takes one step, so nothing is running: no later change either
-            raise RuntimeError(f"zb-v greedy scheduler stalled (pp={pp}, m={m})")
-    return tuple(RankProgram(tuple(a)) for a in actions)
+    A static order is played with the real pass times, so it must not depend on them: an order built for unit
+    F = B = W times (a greedy list scheduler) interleaves deferred W passes into the steady state and, once B
+    and W differ (activation recompute makes B about twice F and W small), stalls every rank on its neighbours
+    once per micro-batch, a bubble that grows with m. Primus's `zero_bubble_v_schedule` (the zero-bubble
+    repository) may order its passes from measured pass times instead; paraplan plays this order for it too."""
+    n = max(2 * pp - 1, m)
+    programs = []
+    for rank in range(pp):
+        actions: list[Action] = []
+        f0 = f1 = b0 = b1 = 0
+        for _ in range(2 * (pp - rank) - 1):
+            actions.append((F, 0, f0))
+            f0 += 1
+        for _ in range(rank):
+            actions += [(F, 1, f1), (F, 0, f0)]
+            f1 += 1
+            f0 += 1
+        for _ in range(pp - rank):
+            actions += [(F, 1, f1), (B, 1, b1), (W, 1, b1)]
+            f1 += 1
+            b1 += 1
+        while f1 < f0 or f0 < n:  # steady state
+            if f0 < n:
+                actions.append((F, 0, f0))
+                f0 += 1
+            actions += [(B, 0, b0), (W, 0, b0), (F, 1, f1), (B, 1, b1), (W, 1, b1)]
+            b0 += 1
+            f1 += 1
+            b1 += 1
+        w0, w1 = b0, b1
+        for _ in range(rank):  # cool-down: W deferred into the drain
+            actions += [(B, 0, b0), (B, 1, b1)]
+            b0 += 1
+            b1 += 1
+        for _ in range(pp - rank):
+            actions += [(B, 0, b0), (W, 0, w0)]
+            b0 += 1
+            w0 += 1
+        actions += [(W, 1, mb) for mb in range(w1, b1)]
+        actions += [(W, 0, mb) for mb in range(w0, b0)]
+        programs.append(RankProgram(tuple(a for a in actions if a[2] < m)))
+    return tuple(programs)

@@ -220,7 +220,7 @@ ZB_H1 = PipelineSchedule(
 )
 ZB_V = PipelineSchedule(
     name="zb-v",
-    source="Qi et al. 2024, Pipeline Parallelism with Controllable Memory",
+    source="Qi et al. 2024, Zero Bubble Pipeline Parallelism, section 6 (torchtitan's ZBVZeroBubble order)",
     layout=Layout.V,
     chunks=2,
     split_backward=True,
