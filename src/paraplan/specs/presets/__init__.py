@@ -88,6 +88,8 @@ def system_preset(name: str, num_gpus: int) -> SystemSpec:
         hbm_tbps=float(entry["hbm_tbps"]),
         sm_count=int(entry["sm_count"]),
         exp_tera_per_s=float(entry.get("exp_tera_per_s", 0.0)),
+        host_link_gbps=float(entry.get("host_link_gbps", GpuSpec.host_link_gbps)),
+        host_memory_gbps=float(entry.get("host_memory_gbps", GpuSpec.host_memory_gbps)),
         source=entry.get("source", ""),
     )
     return SystemSpec(
