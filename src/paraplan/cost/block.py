@@ -229,7 +229,7 @@ class BlockContext:
     """`TrainingSpec.cuda_graph_scope`: under "layer" the decoder layers' kernels replay from captured CUDA graphs,
     under "full_iteration" every block's (`cuda_graphs`)."""
     graphed_block: bool = True
-    """This block is inside the graph scope (`cost_context_for`: the decoder layers, or all under full_iteration)."""
+    """This block is inside the graph scope (`for_block`: the decoder layers, or every block under full_iteration)."""
     moe_host_sync: bool = True
     """MoE layers copy their token counts to the host and wait for them (`TrainingSpec.moe_host_sync`)."""
     _hash: int = field(default=0, init=False, repr=False, compare=False)
