@@ -13,6 +13,7 @@ from paraplan.cost.block import block_cost
 from paraplan.cost.calibration import at_scale, calibration_for
 from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
+from paraplan.memory.activations import recompute_mode
 from paraplan.projection import block_context
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -43,7 +44,9 @@ def kind_costs(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -> tup
     rows = []
     for name, blocks in K.block_counts(model).items():
         kind = K.layer_kind(name)
-        recompute = train.recompute_granularity if kind.is_decoder_layer else "none"
+        # Megatron's named modules (`recompute_mode`); torchtitan's per-op policy is shown as before, as selective
+        mode = recompute_mode(train) if train.recompute_modules is not None else train.recompute_granularity
+        recompute = mode if kind.is_decoder_layer else "none"
         cost = block_cost(kind.ops(model, shard), recompute, ctx, layer_input)
         table = kind.params_of(model, shard)
         params = table if table is not None else cost.dense_params + cost.expert_params

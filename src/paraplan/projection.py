@@ -27,12 +27,12 @@ from paraplan.cost.block import (
 from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.collectives import SourceKey, add_records, collective_sources, record, timed_collective
 from paraplan.cost.comm import GroupPlacement, place_group
-from paraplan.cost.compute import optimizer_time_s
+from paraplan.cost.offload import optimizer_step_s
 from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.graph.ops import CommAxis, CommKind, Op
 from paraplan.graph.partition import PipelineSplit, VirtualStage, chunks_per_rank, pipeline_split, split_stages
-from paraplan.memory.activations import recompute_mode
+from paraplan.memory.activations import FULL_INNER, OFFLOAD, LayerModes, layer_modes
 from paraplan.memory.blocks import BlockMemory, block_memory
 from paraplan.memory.model import StageFootprint, expert_dp, pipeline_memory
 from paraplan.result import Projection
@@ -85,7 +85,9 @@ def block_memory_of(kind: str, model: ModelSpec, shard: L.Shard, recompute: str)
 @lru_cache(maxsize=_BLOCK_CACHE_SIZE)
 def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, ctx: BlockContext) -> BlockCost:
     memory = block_memory_of(kind, model, shard, recompute)
-    ops = K.layer_kind(kind).ops(model, shard)
+    layer_kind = K.layer_kind(kind)
+    ops = layer_kind.ops(model, shard)
+    ctx = ctx.for_block(layer_kind.is_decoder_layer)
     return block_cost(ops, recompute, ctx, _layer_input_bytes(model, shard), memory)
 
 
@@ -113,6 +115,9 @@ def block_context(
         train.overlaps_ep,
         profile,
         train.tp_async_backward,
+        train.cuda_graph_scope,
+        True,
+        train.moe_host_sync,
     )
 
 
@@ -155,12 +160,15 @@ def _stage_parts(
     has_head: bool,
     mode: str,
     recompute_layers: int | None,
+    per_layer: LayerModes | None = None,
 ) -> Parts:
     """The blocks of one model stage: decoder layers first in order of appearance, then the stage's edge blocks
-    in registration order (`graph.kinds`)."""
+    in registration order (`graph.kinds`). `per_layer`: the production knobs' layer modes (`layer_modes`)."""
     layer_counts: dict[tuple[str, str], int] = {}
     for i in range(num_layers):
         recompute = "none" if mode == "full" and recompute_layers is not None and i >= recompute_layers else mode
+        if per_layer is not None:
+            recompute = per_layer.mode_of(recompute, first_layer + i, i)
         key = (K.decoder_kind_of(model, first_layer + i).name, recompute)
         layer_counts[key] = layer_counts.get(key, 0) + 1
     parts = [(kind, m, n) for (kind, m), n in layer_counts.items()]
@@ -176,11 +184,15 @@ def _stage_parts(
 
 @lru_cache(maxsize=4096)
 def _layout_parts(
-    model: ModelSpec, split: PipelineSplit, mode: str, recompute_layers: int | None
+    model: ModelSpec,
+    split: PipelineSplit,
+    mode: str,
+    recompute_layers: int | None,
+    per_layer: LayerModes | None = None,
 ) -> tuple[tuple[Parts, ...], tuple[tuple[Parts, int], ...]]:
     """The blocks of every model stage, in model order; and each distinct stage with how many stages it is."""
     parts = tuple(
-        _stage_parts(model, s.first_layer, s.num_layers, s.has_embedding, s.has_head, mode, recompute_layers)
+        _stage_parts(model, s.first_layer, s.num_layers, s.has_embedding, s.has_head, mode, recompute_layers, per_layer)
         for s in split_stages(model, split)
     )
     return parts, tuple(Counter(parts).items())
@@ -190,6 +202,7 @@ def _layout_parts(
 def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFootprint:
     """Parameters and saved bytes of one model stage: its blocks' (`block_memory_of`) added up."""
     dense = expert = saved = max_layer = max_full_saved = loss_logits = edge = 0.0
+    run_heads = run_inner = 0  # Megatron's uniform method: the layers that keep a run's input, and the others
     present = {kind for kind, _, _ in parts}
     for kind, mode, count in parts:
         layer_kind = K.layer_kind(kind)
@@ -202,11 +215,15 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
         saved += memory.saved_bytes * count
         if layer_kind.is_decoder_layer:
             max_layer = max(max_layer, memory.dense_params + memory.expert_params)
-            if mode == "full":
+            if mode in ("full", FULL_INNER, OFFLOAD):  # recomputed, or reloaded from host memory, one at a time
                 max_full_saved = max(max_full_saved, memory.full_saved_bytes)
+                run_heads += count if mode == "full" else 0
+                run_inner += count if mode == FULL_INNER else 0
             elif mode == "op":  # per-op SAC: the dropped outputs, recomputed, live during the layer's backward
                 max_full_saved = max(max_full_saved, memory.full_saved_bytes - memory.saved_bytes)
         loss_logits = max(loss_logits, memory.loss_logits)  # the vocab-parallel logits (`memory.loss`)
+    if run_inner:  # a uniform run is recomputed whole before its backward: all its layers' activations at once
+        max_full_saved *= -(-(run_heads + run_inner) // max(1, run_heads))
     return StageFootprint(dense, expert, saved, max_layer, max_full_saved, loss_logits, edge)
 
 
@@ -298,6 +315,12 @@ def _busy_s(chunk: ChunkCost) -> float:
     return chunk.forward_s + chunk.backward_input_s + chunk.backward_weight_s
 
 
+def _microbatch_overhead_s(train: TrainingSpec, cal: Calibration) -> float:
+    """The framework's Python per micro-batch; a full-iteration CUDA graph replays the whole micro-batch loop
+    (megatron-core `--cuda-graph-scope full_iteration`: one graph per step, the optimizer aside)."""
+    return 0.0 if train.cuda_graph_scope == "full_iteration" else cal.microbatch_overhead_s
+
+
 def _chunk_cost(
     total: _StageSums,
     train: TrainingSpec,
@@ -334,7 +357,7 @@ def _chunk_cost(
         slow_f = cal.overlap_interference * min(fsdp_gather, total.f)
         slow_b = cal.overlap_interference * min(fsdp_gather + refetch + fsdp_rs, total.b + total.w)
     chunk = ChunkCost(
-        forward_s=total.f + slow_f + cal.microbatch_overhead_s / chunks,
+        forward_s=total.f + slow_f + _microbatch_overhead_s(train, cal) / chunks,
         backward_input_s=total.b + slow_b,
         backward_weight_s=total.w,
         comm_total_s=total.comm_total,
@@ -410,11 +433,18 @@ def stage_costs(
     ctx = block_context(system, train, cal, options.profile, groups)
     chunks = chunks_per_rank(train)
     boundary_bytes = shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
-    mode, recompute_layers = recompute_mode(train), train.recompute_num_layers
+    mode, recompute_layers, per_layer = layer_modes(train)
     out = []
     for stage in stages if stages is not None else split_stages(model, pipeline_split(train)):
         parts = _stage_parts(
-            model, stage.first_layer, stage.num_layers, stage.has_embedding, stage.has_head, mode, recompute_layers
+            model,
+            stage.first_layer,
+            stage.num_layers,
+            stage.has_embedding,
+            stage.has_head,
+            mode,
+            recompute_layers,
+            per_layer,
         )
         total = _stage_sums_of(parts, model, shard, ctx, options.measured_blocks)
         chunk, _, dense, expert = _chunk_cost(total, train, system, cal, groups, chunks, timer=options.profile)
@@ -457,9 +487,7 @@ def project_specs(
     layer_input_bytes = _layer_input_bytes(model, shard)
 
     sums: dict[Parts, _StageSums] = {}  # stages with the same layers cost the same
-    stage_parts, distinct = _layout_parts(
-        model, pipeline_split(train), recompute_mode(train), train.recompute_num_layers
-    )
+    stage_parts, distinct = _layout_parts(model, pipeline_split(train), *layer_modes(train))
     flops_model = flops_hw = 0.0
     for parts, times in distinct:
         total = sums[parts] = _stage_sums_of(parts, model, shard, ctx, options.measured_blocks)
@@ -668,10 +696,11 @@ def _p2p_time(
 def _optimizer_time(
     dense_params: float, expert_params: float, train: TrainingSpec, edp: int, system: SystemSpec, cal: Calibration
 ) -> float:
-    """Fused Adam: memory-bound over the parameters this rank updates."""
+    """Fused Adam: memory-bound over the parameters this rank updates (`cost.offload.optimizer_step_s`: the
+    precision-aware optimizer's dtypes and CPU offload)."""
     dp = train.dp * train.cp
     if train.shards_optimizer or train.shards_params:
         params = dense_params / dp + expert_params / edp
     else:
         params = dense_params + expert_params
-    return optimizer_time_s(params, system.gpu, cal)
+    return optimizer_step_s(params, train, system.gpu, cal)

@@ -183,4 +183,10 @@ def training_from_options(config_file: str | None, values: dict[str, Any]) -> Tr
             values["pipeline_layout"] = tuple(int(x) for x in str(layout).split(","))
         except ValueError:
             raise ConfigError(f"--pipeline-layout must be comma-separated layer counts (got '{layout}')") from None
+    ids = values.pop("recompute_layer_ids", None)
+    if ids:
+        try:
+            values["recompute_layer_ids"] = tuple(int(x) for x in str(ids).split(","))
+        except ValueError:
+            raise ConfigError(f"--recompute-layer-ids must be comma-separated layer indices (got '{ids}')") from None
     return base.with_values(**values)

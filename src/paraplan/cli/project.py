@@ -73,6 +73,31 @@ def _projection_command(
     seq: Annotated[int | None, Opt("--seq", help="seq_length")] = None,
     recompute: Annotated[str | None, Opt("--recompute", help="none | selective | full")] = None,
     recompute_num_layers: Annotated[int | None, Opt("--recompute-num-layers")] = None,
+    recompute_method: Annotated[
+        str | None, Opt("--recompute-method", help="uniform | block (with --recompute full; default block)")
+    ] = None,
+    recompute_modules: Annotated[
+        str | None,
+        Opt("--recompute-modules", help="with --recompute selective: core_attn,mlp,moe,moe_act,layernorm,..."),
+    ] = None,
+    recompute_layer_ids: Annotated[
+        str | None, Opt("--recompute-layer-ids", help="with --recompute full: layers recomputed, 0,5,17 (Primus)")
+    ] = None,
+    cuda_graph_scope: Annotated[
+        str | None, Opt("--cuda-graph-scope", help="none | layer | full_iteration (CUDA graphs)")
+    ] = None,
+    cpu_offloading_num_layers: Annotated[
+        int | None, Opt("--cpu-offloading-num-layers", help="decoder layers whose activations go to the host")
+    ] = None,
+    optimizer_cpu_offload: Annotated[bool | None, Opt("--optimizer-cpu-offload/--no-optimizer-cpu-offload")] = None,
+    optimizer_offload_fraction: Annotated[
+        float | None, Opt("--optimizer-offload-fraction", help="share of the optimizer on the CPU (default 1)")
+    ] = None,
+    moe_pad_to_capacity: Annotated[
+        bool | None,
+        Opt("--moe-pad-expert-input-to-capacity/--no-moe-pad-expert-input-to-capacity", help="drop-and-pad, no sync"),
+    ] = None,
+    moe_capacity_factor: Annotated[float | None, Opt("--moe-expert-capacity-factor")] = None,
     sequence_parallel: Annotated[bool | None, Opt("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp")] = None,
     distributed_optimizer: Annotated[bool | None, Opt("--distributed-optimizer/--no-distributed-optimizer")] = None,
     zero: Annotated[int | None, Opt("--zero", help="ZeRO stage 0-3")] = None,

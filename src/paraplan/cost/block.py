@@ -14,9 +14,10 @@ from paraplan.cost.calibration import Calibration
 from paraplan.cost.collectives import SourceKey, record, timed_collective
 from paraplan.cost.comm import GroupPlacement
 from paraplan.cost.compute import compute_time_s
+from paraplan.cost.offload import host_copy_s
 from paraplan.graph.backward import TP_INPUT_GRAD, TP_REGATHER, backward_ops, is_weightless_gemm
 from paraplan.graph.ops import CommAxis, Op, OpKind, Phase
-from paraplan.memory.activations import recomputed_ops
+from paraplan.memory.activations import OFFLOAD, recomputed_ops
 from paraplan.memory.blocks import BlockMemory, block_memory, weight_params
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
@@ -224,6 +225,13 @@ class BlockContext:
     tp_async_backward: bool = True
     """A column-parallel linear's input-gradient collective runs while its weight-gradient GEMM does, and its input's
     second gather (sequence parallel) while its input-gradient GEMM does (`TrainingSpec.tp_async_backward`)."""
+    cuda_graph_scope: str = "none"
+    """`TrainingSpec.cuda_graph_scope`: under "layer" the decoder layers' kernels replay from captured CUDA graphs,
+    under "full_iteration" every block's (`cuda_graphs`)."""
+    graphed_block: bool = True
+    """This block is inside the graph scope (`for_block`: the decoder layers, or every block under full_iteration)."""
+    moe_host_sync: bool = True
+    """MoE layers copy their token counts to the host and wait for them (`TrainingSpec.moe_host_sync`)."""
     _hash: int = field(default=0, init=False, repr=False, compare=False)
     """The hash of the fields above, computed once (the caches look the context up once per stage)."""
 
@@ -231,10 +239,22 @@ class BlockContext:
         if not isinstance(self.groups, PlacedGroups):
             object.__setattr__(self, "groups", PlacedGroups(self.groups))
         values = (self.system, self.cal, self.groups, self.tp_comm_overlap, self.ep_overlap, self.timer)
-        object.__setattr__(self, "_hash", hash((*values, self.tp_async_backward)))
+        knobs = (self.cuda_graph_scope, self.graphed_block, self.moe_host_sync)
+        object.__setattr__(self, "_hash", hash((*values, self.tp_async_backward, *knobs)))
 
     def __hash__(self) -> int:
         return self._hash
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """The block's kernels replay from a CUDA graph: one graph launch per phase instead of one host launch per
+        op (but the MoE ops behind a host sync, `_captured`)."""
+        return self.cuda_graph_scope != "none" and self.graphed_block
+
+    def for_block(self, is_decoder_layer: bool) -> BlockContext:
+        """The context of one block kind: Megatron's layer graphs capture the decoder layers only."""
+        graphed = is_decoder_layer or self.cuda_graph_scope == "full_iteration"
+        return self if graphed == self.graphed_block else replace(self, graphed_block=graphed)
 
 
 def _comm_time(op: Op, ctx: BlockContext) -> tuple[float, str]:
@@ -284,6 +304,11 @@ def _async_tp_pool(op: Op, label: str, ctx: BlockContext) -> str:
     return "dgrad" if TP_REGATHER <= op.tags else "wgrad"
 
 
+def _captured(op: Op, ctx: BlockContext) -> bool:
+    """The op replays inside a CUDA graph: graphs on, and not an MoE op behind a host sync."""
+    return ctx.cuda_graphs and not ("moe" in op.tags and ctx.moe_host_sync)
+
+
 def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> _PhaseTime:
     """Time of one phase of a block.
 
@@ -297,9 +322,16 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
     of a pipeline stage), the last finishes at T1 + (n - 1) * max(host, GPU) (the max-plus closed form of the
     rule above), so each repeat saves `runahead_s` = T1 - max(host, GPU): the host issues the next layer's
     kernels while this layer's long ones run. Nothing is saved when the host waits for the GPU (MoE).
+
+    Under CUDA graphs (`BlockContext.cuda_graphs`) the phase is one graph launch (one op's host time) and its ops
+    cost the host nothing, but for the MoE ops of a layer that syncs with the host: megatron-core captures those
+    only with drop-and-pad (TransformerConfig: the `moe` graph scope needs `moe_pad_expert_input_to_capacity`), so
+    from the sync on they launch eagerly. Without the sync (drop-and-pad) MoE ops queue like any other.
     """
     out = _PhaseTime()
     issued = finish = gpu = exposed_in_queue = 0.0
+    if ctx.cuda_graphs:
+        issued = host_s_per_op  # the graph launch
     synced = False
     deferred: dict[str, float] = {}
     for op in ops:
@@ -308,7 +340,7 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
             seconds, source = _comm_time(op, ctx)
             out.comm_total_s[label] = out.comm_total_s.get(label, 0.0) + seconds
             record(out.comm_sources, label, op.comm.kind, source, seconds)
-            issued += host_s_per_op
+            issued += 0.0 if _captured(op, ctx) else host_s_per_op
             beside = _async_tp_pool(op, label, ctx)
             if beside:
                 out.async_tp_s[beside] = out.async_tp_s.get(beside, 0.0) + seconds
@@ -327,9 +359,9 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
         else:  # a kernel measured on one chip: compute-bound ones run at the pace of the job's slowest chip
             seconds = timed[0] * (ctx.cal.compute_slowdown if op.kind in CLOCK_BOUND_KINDS else 1.0)
             out.profiled_s += seconds
-        host_s = host_s_per_op * op.host_ops
+        host_s = 0.0 if _captured(op, ctx) else host_s_per_op * op.host_ops
         gpu += seconds
-        if "moe" in op.tags:  # the host waits for the GPU, then issues: max(GPU, host) per op
+        if "moe" in op.tags and ctx.moe_host_sync:  # the host waits for the GPU, then issues: max(GPU, host) per op
             synced = True
             issued = finish = max(finish, issued) + max(seconds, host_s)
         else:
@@ -353,6 +385,17 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
     out.compute_s = compute + out.interference_s
     out.runahead_s = 0.0 if synced else max(0.0, finish - max(issued, gpu + exposed_in_queue))
     return out
+
+
+def _offload_copies(nbytes: float, ctx: BlockContext, fwd: _PhaseTime, bwd: _PhaseTime, weight_s: float) -> None:
+    """Megatron's activation CPU offloading (TransformerEngine `get_cpu_offload_context`): the layer's saved tensors
+    go to host memory on a side stream while the next layer's forward runs, and come back while the backward of the
+    layer after it runs; what outlasts that compute (one layer's, the same as this one's) is exposed, as "host"."""
+    copy_s = host_copy_s(nbytes, ctx.system.gpu)
+    fwd.comm_total_s["host"] = copy_s
+    fwd.comm_exposed_s["host"] = max(0.0, copy_s - fwd.compute_s)
+    bwd.comm_total_s["host"] = copy_s
+    bwd.comm_exposed_s["host"] = max(0.0, copy_s - bwd.compute_s - weight_s)
 
 
 def block_cost(
@@ -387,6 +430,8 @@ def block_cost(
         if not ctx.tp_comm_overlap:
             wgt.interference_s = ctx.cal.overlap_interference * min(total, gemms)
             wgt.compute_s += wgt.interference_s
+    if recompute == OFFLOAD:
+        _offload_copies(memory.full_saved_bytes, ctx, fwd, bwd, wgt.compute_s)
     comm_total: dict[str, float] = {}
     comm_exposed: dict[str, float] = {}
     comm_sources: dict[SourceKey, float] = {}

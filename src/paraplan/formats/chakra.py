@@ -43,6 +43,7 @@ from paraplan.graph import layers as L
 from paraplan.graph.backward import backward_ops
 from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind, Phase
 from paraplan.graph.partition import chunks_per_rank, model_stage_ranks, virtual_stages
+from paraplan.memory.activations import FULL_INNER, layer_modes, recomputed_ops
 from paraplan.projection import group_placements
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.schedule import SCHEDULES, Layout
@@ -261,11 +262,13 @@ class _Program:
         return self.add(node, chain=not send, deps=deps, peer_stage=peer)
 
 
-def _layer_recompute(train: TrainingSpec, index_in_chunk: int) -> str:
-    mode = train.recompute_granularity
-    if mode == "full" and train.recompute_num_layers is not None and index_in_chunk >= train.recompute_num_layers:
-        return "none"
-    return mode
+def _layer_recompute(train: TrainingSpec, index_in_chunk: int, layer: int) -> str:
+    """The layer's mode as the projection applies it (`memory.activations.layer_modes`: block and uniform methods,
+    Primus's layer ids, named modules, activation offloading)."""
+    mode, block_layers, per_layer = layer_modes(train)
+    if mode == "full" and block_layers is not None and index_in_chunk >= block_layers:
+        mode = "none"
+    return per_layer.mode_of(mode, layer, index_in_chunk) if per_layer is not None else mode
 
 
 def _busiest_pp_rank(model: ModelSpec, system: SystemSpec, train: TrainingSpec, cal: Calibration) -> int:
@@ -288,7 +291,7 @@ def _stage_parts(model: ModelSpec, shard: L.Shard, train: TrainingSpec, stage) -
     for i in range(stage.num_layers):
         layer = stage.first_layer + i
         ops = K.decoder_kind_of(model, layer).ops(model, shard)
-        parts.append((f"layer{layer}", _layer_recompute(train, i), ops))
+        parts.append((f"layer{layer}", _layer_recompute(train, i, layer), ops))
     if stage.has_head:
         parts += _edge_parts(model, shard, K.Placement.LAST)
     return parts
@@ -352,12 +355,8 @@ def rank_program(
         if v < last_stage:
             program.p2p(f"{label}.recv_grad", False, p2p_bytes, _tag(mb, v, True, len(order)), v + 1, p2p_micros)
         for part, mode, ops in reversed(parts[v]):
-            if mode == "full":
-                redo = ops
-            elif mode == "selective":
-                redo = [op for op in ops if "selective" in op.tags]
-            else:
-                redo = []
+            # torchtitan's selective ("op") keeps its trace as before: the core-attention ops redone
+            redo = [op for op in ops if "selective" in op.tags] if mode == "op" else recomputed_ops(ops, mode)
             for op in redo:
                 program.op(op, f"R.mb{mb}.s{v}.{part}.{op.name}")
             for op in reversed(ops):
@@ -382,7 +381,7 @@ def _refetch(parts, params: tuple[float, float]) -> tuple[float, float]:
     """(dense, expert) parameters a ZeRO-3 backward gathers again after the recomputed forward: the recomputed
     weights' share of the chunk's parameters, as in the projection."""
     total = params[0] + params[1]
-    again = sum(refetched_params(ops) for _, mode, ops in parts if mode == "full")
+    again = sum(refetched_params(ops) for _, mode, ops in parts if mode in ("full", FULL_INNER))
     share = again / total if total else 0.0
     return params[0] * share, params[1] * share
 

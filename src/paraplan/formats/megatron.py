@@ -232,7 +232,7 @@ def megatron_argument_list(values: Mapping[str, Any]) -> list[str]:
             if bool(value) == arg.sets:
                 words.append(arg.cli)
             continue
-        words += [arg.cli, str(value)]
+        words += [arg.cli, *(str(x) for x in value)] if isinstance(value, list) else [arg.cli, str(value)]
     return words
 
 

@@ -146,6 +146,19 @@ RELEVANT: tuple[Arg, ...] = (
     _a("recompute_num_layers", "int"),
     _a("recompute_activations", "switch"),
     _a("recompute_modules", "list"),
+    # --- production knobs (megatron-core 0.16 TransformerConfig / ModelParallelConfig / OptimizerConfig)
+    _a("moe_pad_expert_input_to_capacity", "switch"),
+    _a("cuda_graph_impl", "str", choices=("none", "local", "transformer_engine")),
+    _a("cuda_graph_scope", "list"),
+    _a("enable_cuda_graph", "switch"),
+    _a("external_cuda_graph", "switch"),
+    _a("cpu_offloading", "switch"),
+    _a("cpu_offloading_num_layers", "int"),
+    _a("cpu_offloading_activations", "switch"),
+    _a("cpu_offloading_weights", "switch"),
+    _a("optimizer_cpu_offload", "switch"),
+    _a("optimizer_offload_fraction", "float"),
+    _a("overlap_cpu_optimizer_d2h_h2d", "switch"),
     # --- precision
     _a("fp16", "switch"),
     _a("bf16", "switch"),
@@ -192,7 +205,7 @@ _IGNORED_SWITCHES = (
     "no_save_rng mock_data log_throughput log_params_norm log_num_zeros_in_grad log_timers_to_tensorboard "
     "log_validation_ppl_to_tensorboard log_memory_to_tensorboard log_world_size_to_tensorboard moe_grouped_gemm "
     "moe_permute_fusion moe_router_enable_expert_bias moe_shared_expert_overlap "
-    "moe_router_force_load_balancing moe_pad_expert_input_to_capacity moe_use_legacy_grouped_gemm "
+    "moe_router_force_load_balancing moe_use_legacy_grouped_gemm "
     "moe_per_layer_logging moe_router_pre_softmax moe_layer_recompute use_dist_ckpt "
     "async_save auto_detect_ckpt_format finetune use_checkpoint_args exit_signal_handler profile "
     "use_pytorch_profiler record_memory_history manual_gc eod_mask_loss reset_position_ids reset_attention_mask "

@@ -23,6 +23,7 @@ from paraplan.formats.common import (
     vocab_from_tokenizer,
 )
 from paraplan.formats.megatron_args import FP8_DETAIL_DESTS, MLA_DETAIL_DESTS, MOE_DETAIL_DESTS, Arg
+from paraplan.formats.megatron_knobs import RECOMPUTE_LAYER_IDS_GAP, knob_fields, knob_values, split_names
 from paraplan.formats.megatron_layout import (
     format_layer_pattern,
     format_pipeline_layout,
@@ -139,21 +140,30 @@ def specs_from_megatron(
                 problems.add(
                     f"{label('recompute_granularity')} selective does not take {label(dest)} (full recompute only)"
                 )
-        modules = v.get("recompute_modules")
-        if modules and set(modules) - {"core_attn"}:
-            problems.note(f"selective recompute of {', '.join(modules)} is projected as core attention only")
+        modules = split_names(v.get("recompute_modules") or [])
+        if modules and modules != ["core_attn"]:
+            train["recompute_modules"] = tuple(modules)
     elif granularity == "full":
-        if method is None:
-            problems.add(f"{label('recompute_granularity')} full needs {label('recompute_method')} uniform or block")
-        if n_layers is None:
-            problems.add(f"{label('recompute_granularity')} full needs {label('recompute_num_layers')}")
-        train["recompute_num_layers"] = n_layers if method == "block" else None
+        if v.get("recompute_layer_ids") is not None:  # Primus: recompute by layer index
+            train["recompute_layer_ids"] = tuple(int(i) for i in v["recompute_layer_ids"])
+        else:
+            if method is None:
+                problems.add(
+                    f"{label('recompute_granularity')} full needs {label('recompute_method')} uniform or block"
+                )
+            if n_layers is None:
+                problems.add(f"{label('recompute_granularity')} full needs {label('recompute_num_layers')}")
+            if method == "block":
+                train["recompute_num_layers"] = n_layers
+            elif method == "uniform" and n_layers is not None and n_layers > 1:
+                train["recompute_method"], train["recompute_num_layers"] = "uniform", n_layers
     else:
-        for dest in ("recompute_method", "recompute_num_layers", "recompute_modules"):
+        for dest in ("recompute_method", "recompute_num_layers", "recompute_modules", "recompute_layer_ids"):
             if has(dest):
                 problems.add(f"{label(dest)} is set without {label('recompute_granularity')}")
     if granularity:
         train["recompute_granularity"] = granularity
+    train.update(knob_fields(v, problems, label))
     # ---- parallel layout
     for dest in (
         "tensor_model_parallel_size",
@@ -499,7 +509,7 @@ def _model_fields(
             parsed = parse_layer_pattern(v["moe_layer_freq"], num_layers, label("moe_layer_freq"), problems)
             if parsed:
                 f["moe_first_k_dense"], f["moe_layer_freq"] = parsed
-        if v.get("moe_expert_capacity_factor") is not None:
+        if v.get("moe_expert_capacity_factor") is not None and not v.get("moe_pad_expert_input_to_capacity"):
             problems.note(f"{label('moe_expert_capacity_factor')}: paraplan projects dropless, balanced routing")
     else:
         for dest in MOE_DETAIL_DESTS:
@@ -720,12 +730,18 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
     # ---- recompute
     if train.recompute_granularity == "selective":
         out["recompute_granularity"] = "selective"
+        if train.recompute_modules is not None:
+            out["recompute_modules"] = list(train.recompute_modules)
     elif train.recompute_granularity == "full":
         out["recompute_granularity"] = "full"
-        if train.recompute_num_layers is None:
+        if train.recompute_layer_ids is not None:
+            gaps.append(f"{RECOMPUTE_LAYER_IDS_GAP}: Megatron has no recompute by layer index (Primus does)")
+            out["recompute_method"], out["recompute_num_layers"] = "uniform", 1
+        elif train.recompute_num_layers is None:
             out["recompute_method"], out["recompute_num_layers"] = "uniform", 1
         else:
-            out["recompute_method"], out["recompute_num_layers"] = "block", train.recompute_num_layers
+            out["recompute_method"], out["recompute_num_layers"] = train.recompute_method, train.recompute_num_layers
+    out.update(knob_values(train))
     # ---- precision
     if train.precision == "fp16":
         out["fp16"] = True

@@ -33,6 +33,7 @@ from paraplan.formats.common import (
     suggest,
 )
 from paraplan.formats.megatron_args import BY_DEST, FP8_DETAIL_DESTS, MOE_DETAIL_DESTS
+from paraplan.formats.megatron_knobs import knob_values
 from paraplan.formats.megatron_layout import format_layer_pattern, format_pipeline_layout
 from paraplan.formats.megatron_map import (
     DSA_DESTS,
@@ -79,12 +80,26 @@ SAME_NAME = frozenset(
         "linear_value_head_dim linear_num_key_heads linear_num_value_heads attention_output_gate "
         "dsa_indexer_n_heads dsa_indexer_head_dim dsa_indexer_topk "
         # sliding window, NoPE layers, attention sinks (megatron-core 0.16.1 TransformerConfig names)
-        "window_size window_attn_skip_freq no_rope_freq softmax_type"
+        "window_size window_attn_skip_freq no_rope_freq softmax_type "
+        # production knobs (megatron-core 0.16 TransformerConfig / ModelParallelConfig / OptimizerConfig names)
+        "moe_pad_expert_input_to_capacity cuda_graph_impl cuda_graph_scope enable_cuda_graph external_cuda_graph "
+        "cpu_offloading cpu_offloading_num_layers cpu_offloading_activations cpu_offloading_weights "
+        "optimizer_cpu_offload optimizer_offload_fraction overlap_cpu_optimizer_d2h_h2d "
+        "use_precision_aware_optimizer main_params_dtype main_grads_dtype exp_avg_dtype exp_avg_sq_dtype"
     ).split()
 )
 # Megatron-Bridge's Llama 4 provider fields (Llama4ModelProvider at dc805f5c, llama_provider.py): chunked attention
 # has no Megatron-core field, and the provider names its NoPE interval `nope_layer_interval`.
 LLAMA4_KEYS = frozenset({"attention_chunk_size", "nope_layer_interval"})
+OPTIMIZER_OFFLOAD_KEYS = frozenset(
+    (
+        "optimizer_cpu_offload optimizer_offload_fraction overlap_cpu_optimizer_d2h_h2d "
+        "use_precision_aware_optimizer main_params_dtype main_grads_dtype exp_avg_dtype exp_avg_sq_dtype"
+    ).split()
+)
+"""Megatron-core OptimizerConfig's CPU offload and precision-aware fields (Megatron-Bridge `optimizer:`, NeMo 2
+`optim.config`)."""
+OPTIMIZER_KEYS = frozenset({"use_distributed_optimizer", "optimizer"}) | OPTIMIZER_OFFLOAD_KEYS
 # Handled apart from the table above.
 SPECIAL = frozenset(
     {
@@ -206,7 +221,7 @@ def _from_bridge(doc: Mapping[str, Any], s: _Settings) -> None:
     )
     s.section(doc.get("model"), "model", skip=skip)
     s.section(doc.get("train"), "train", frozenset({"global_batch_size", "micro_batch_size"}))
-    s.section(doc.get("optimizer"), "optimizer", frozenset({"use_distributed_optimizer", "optimizer"}))
+    s.section(doc.get("optimizer"), "optimizer", OPTIMIZER_KEYS)
     s.section(doc.get("ddp"), "ddp")
     s.section(doc.get("comm_overlap"), "comm_overlap", frozenset({"tp_comm_overlap"}))
     _precision_from(doc.get("mixed_precision"), s, "mixed_precision")
@@ -242,7 +257,7 @@ def _from_nemo2(doc: Mapping[str, Any], s: _Settings) -> tuple[int | None, int |
         if isinstance(callback, Mapping) and _target_name(callback).endswith("CommOverlapCallback"):
             s.section(callback, f"trainer.callbacks[{i}]", frozenset({"tp_comm_overlap"}))
     config = (doc.get("model") or {}).get("config") if isinstance(doc.get("model"), Mapping) else None
-    model_keys = ALL_KEYS - parallel - PRECISION_KEYS - {"tp_comm_overlap"}
+    model_keys = ALL_KEYS - parallel - PRECISION_KEYS - OPTIMIZER_OFFLOAD_KEYS - {"tp_comm_overlap"}
     s.section(config, "model.config", model_keys)
     s.section(doc.get("data"), "data", frozenset({"global_batch_size", "micro_batch_size", "seq_length"}))
     data = doc.get("data") or {}
@@ -251,7 +266,7 @@ def _from_nemo2(doc: Mapping[str, Any], s: _Settings) -> tuple[int | None, int |
         s.put("tokenizer_model", tokenizer.get("pretrained_model_name"), "data.tokenizer.pretrained_model_name")
     optim = doc.get("optim") or {}
     if isinstance(optim, Mapping):
-        s.section(optim.get("config"), "optim.config", frozenset({"use_distributed_optimizer", "optimizer"}))
+        s.section(optim.get("config"), "optim.config", OPTIMIZER_KEYS)
     devices, nodes = trainer.get("devices"), trainer.get("num_nodes", 1)
     if isinstance(devices, int) and isinstance(nodes, int):
         return devices * nodes, devices
@@ -269,6 +284,7 @@ def _to_arguments(s: _Settings) -> tuple[dict[str, Any], str | None]:
         off.append("fp4_recipe")
     if v.get("num_moe_experts") is None:
         off += [*MOE_DETAIL_DESTS, "moe_layer_freq", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"]
+        off.append("moe_pad_expert_input_to_capacity")
     if v.get("recompute_granularity") != "selective":
         off.append("recompute_modules")
     if not v.get("use_megatron_fsdp") and not v.get("use_custom_fsdp"):
@@ -486,7 +502,18 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
         m["recompute_granularity"] = train.recompute_granularity
     if train.recompute_granularity == "full":
         n = train.recompute_num_layers
-        m["recompute_method"], m["recompute_num_layers"] = ("uniform", 1) if n is None else ("block", n)
+        if train.recompute_layer_ids is not None:
+            gaps.append("recompute by layer ids (Primus only): every layer recomputed")
+        m["recompute_method"], m["recompute_num_layers"] = ("uniform", 1) if n is None else (train.recompute_method, n)
+    if train.recompute_granularity == "selective" and train.recompute_modules is not None:
+        m["recompute_modules"] = list(train.recompute_modules)
+    knobs = knob_values(train)
+    optimizer_knobs = {k: knobs.pop(k) for k in list(knobs) if k in OPTIMIZER_OFFLOAD_KEYS}
+    if train.use_precision_aware_optimizer:
+        optimizer_knobs["use_precision_aware_optimizer"] = True
+        for dest in ("main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+            optimizer_knobs[dest] = getattr(train, dest)
+    m.update(knobs)
     m["tp_comm_overlap"] = train.tp_comm_overlap
     m["cross_entropy_loss_fusion"] = train.cross_entropy_fusion
     if train.moe_ep_overlap:
@@ -509,7 +536,7 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
     doc = {
         "model": {k: val for k, val in m.items() if val is not None},
         "train": {"global_batch_size": train.gbs, "micro_batch_size": train.mbs, "train_iters": 100},
-        "optimizer": {"optimizer": "adam", "lr": 1.0e-4, "use_distributed_optimizer": dist_opt},
+        "optimizer": {"optimizer": "adam", "lr": 1.0e-4, "use_distributed_optimizer": dist_opt, **optimizer_knobs},
         "ddp": ddp,
         "mixed_precision": PRECISION_BRIDGE.get(train.precision, "bf16_mixed"),
         "comm_overlap": {"tp_comm_overlap": train.tp_comm_overlap},

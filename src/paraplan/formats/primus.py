@@ -31,6 +31,7 @@ from paraplan.formats.common import (
     suggest,
 )
 from paraplan.formats.megatron_args import BY_DEST
+from paraplan.formats.megatron_knobs import RECOMPUTE_LAYER_IDS_GAP
 from paraplan.formats.megatron_map import megatron_values, specs_from_megatron, typed_value
 from paraplan.formats.torchtitan import CHECKED as TT_CHECKED
 from paraplan.formats.torchtitan import FREE_SECTIONS as TT_FREE_SECTIONS
@@ -53,6 +54,8 @@ ENV_KEY = "env"
 are what `${VAR:default}` references see. The shell's own environment still wins (it is what the user set last)."""
 # Primus's zero-bubble pipeline switches (from the zero-bubble Megatron fork it integrates).
 ZERO_BUBBLE_KEYS = ("enable_zero_bubble", "zero_bubble_v_schedule")
+RECOMPUTE_LAYER_IDS = "recompute_layer_ids"
+"""Primus's recompute by layer index (beside Megatron's recompute flags): the decoder layers recomputed whole."""
 PRIMUS_SCHEDULES = {s.framework_names["primus"]: name for name, s in SCHEDULES.items() if "primus" in s.framework_names}
 """The switch that selects a zero-bubble schedule (beside `enable_zero_bubble`) -> paraplan's schedule name."""
 # Primus keys that do not change the plan (logging, data, checkpointing, ROCm kernel switches).
@@ -222,6 +225,9 @@ def read_primus(
             if key in ZERO_BUBBLE_KEYS:
                 values[key] = as_bool(raw, where_key, problems) if raw is not None else None
                 continue
+            if key == RECOMPUTE_LAYER_IDS:
+                values[key] = _layer_ids(raw, where_key, problems)
+                continue
             arg = BY_DEST.get(key)
             if arg is None:
                 if key in PRIMUS_IGNORED:
@@ -279,6 +285,16 @@ def _torchtitan_backend(
     return torchtitan_from_doc(doc, problems, base=where.parent, source=source, num_gpus=num_gpus, model=model)
 
 
+def _layer_ids(raw: Any, where: str, problems: Problems) -> list[int] | None:
+    if raw is None:
+        return None
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not all(str(i).strip().lstrip("-").isdigit() for i in items):
+        problems.add(f"{where} must be a list of layer indices (got {raw!r})")
+        return None
+    return [int(str(i).strip()) for i in items]
+
+
 def write_primus(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, strict: bool = False) -> str:
     """A Primus experiment whose `overrides` carry the whole plan (model shape included)."""
     train = resolve_dp(train, system)
@@ -289,6 +305,11 @@ def write_primus(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, s
         values["enable_zero_bubble"] = True
         values[switch] = True
     values.pop("tokenizer_type", None)
+    if train.recompute_layer_ids is not None:  # Primus's own key replaces Megatron's uniform recompute
+        gaps = [g for g in gaps if not g.startswith(RECOMPUTE_LAYER_IDS_GAP)]
+        values.pop("recompute_method", None)
+        values.pop("recompute_num_layers", None)
+        values[RECOMPUTE_LAYER_IDS] = list(train.recompute_layer_ids)
     overrides = {"train_iters": 100, "mock_data": True, "lr": 1.0e-4, **values}
     preset = preset_matching(model)
     model_file = PRIMUS_MODEL_FILES.get(preset or "", f"{model.name}.yaml")

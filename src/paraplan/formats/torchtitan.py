@@ -21,6 +21,7 @@ from paraplan.formats.common import (
     Problems,
     ReadConfig,
     SystemHints,
+    as_bool,
     as_int,
     finish_gaps,
     header_lines,
@@ -283,6 +284,10 @@ def torchtitan_from_doc(
             problems.add(f"mx.recipe_name {recipe}: paraplan projects mxfp8")
         train["precision"] = "mxfp8"
     train["grad_reduce_in_fp32"] = training.get("mixed_precision_reduce", "float32") == "float32"
+    if as_bool(training.get("enable_cpu_offload", False), "training.enable_cpu_offload", problems):
+        # FSDP2's CPUOffloadPolicy (torchtitan `apply_fsdp`): sharded params, grads and Adam states on the host,
+        # the optimizer step on the CPU
+        train["optimizer_cpu_offload"] = True
     # ---- pipeline schedule and stages
     schedule_name = str(par.get("pipeline_parallel_schedule", "1F1B"))
     if pp > 1:
@@ -501,6 +506,20 @@ def write_torchtitan(model: ModelSpec, system: SystemSpec, train: TrainingSpec, 
             gaps.append(what)
     if not train.overlap_grad_reduce and train.dp > 1:
         gaps.append("gradient reduction without overlap (torchtitan always overlaps it)")
+    if train.optimizer_cpu_offload:
+        training["enable_cpu_offload"] = True
+        if train.optimizer_offload_fraction != 1.0 or not sharded:
+            gaps.append("a CPU offload of part of the optimizer, or without FSDP (torchtitan offloads FSDP shards)")
+    for flag, what in (
+        (train.cuda_graph_scope != "none", "CUDA graphs"),
+        (train.cpu_offloading_num_layers > 0, "activation CPU offloading"),
+        (train.moe_pad_expert_input_to_capacity, "drop-and-pad MoE (expert capacity)"),
+        (train.recompute_modules is not None, "selective recompute of named modules"),
+        (train.recompute_layer_ids is not None, "recompute by layer ids"),
+        (train.recompute_method == "uniform" and train.recompute_granularity == "full", "uniform recompute runs"),
+    ):
+        if flag:
+            gaps.append(what)
     ac: dict[str, Any] = {"mode": train.recompute_granularity}
     if train.recompute_granularity == "selective":
         ac["selective_ac_option"] = "op"

@@ -8,6 +8,7 @@ operators (a GEMM output that is the next op's input) are counted once, by the c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -71,6 +72,7 @@ class Shard:
     fused: bool = True  # fused memory-bound kernels (TE/Apex/compile), or eager PyTorch (`graph.kernels`)
     fused_loss: bool = True  # fused cross-entropy kernel, or Megatron's eager vocab-parallel one
     flex_dispatch: bool = False  # MoE tokens sent once per destination rank and node (DeepEP / HybridEP)
+    moe_padding_factor: float = 1.0  # routed copies per balanced one (drop-and-pad: the capacity factor)
 
     @property
     def tokens(self) -> int:
@@ -111,6 +113,7 @@ class Shard:
             fused=train.kernel_fusion,
             fused_loss=train.cross_entropy_fusion,
             flex_dispatch=train.moe_token_dispatcher_type == "flex",
+            moe_padding_factor=train.moe_padding_factor,
         )
 
 
@@ -511,6 +514,8 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     own_tokens = shard.tokens // shard.tp if shard.sp else shard.tokens
     local_experts = max(1, model.num_experts // shard.ep)
     routed_pairs = own_tokens * k  # token copies this rank sends out and gets back
+    if shard.moe_padding_factor != 1.0:  # drop-and-pad: every expert gets its capacity, factor x the balanced share
+        routed_pairs = math.ceil(routed_pairs * shard.moe_padding_factor)
     tokens_per_expert = max(1, round(routed_pairs * shard.etp / local_experts))
     ffn_local = model.expert_ffn // shard.etp
     ops = [_norm("mlp_norm", model, shard)]

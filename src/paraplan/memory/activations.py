@@ -8,23 +8,70 @@ and only the layer input, 2*s*b*h, with full recompute.
 Recompute modes: "none"; "selective", Megatron-LM's (the ops tagged selective, core attention, are recomputed);
 "full" (only the layer input is kept); and "op", torchtitan's per-op selective checkpointing (`op_policy_saved_bytes`),
 which is what "selective" means under torchtitan (`recompute_mode`).
+
+Modes of the production knobs (`layer_modes`): "selective:<modules>" (Megatron `--recompute-modules` other than
+core attention alone, `module_ops`), "full_inner" (a layer inside a uniform-method run of full recompute: fully
+recomputed, nothing kept, the run's first layer keeping the run's input) and "offload" (Megatron's activation CPU
+offloading: everything saved goes to host memory, none kept on the GPU).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from paraplan.graph.backward import is_weightless_gemm
 from paraplan.graph.ops import CommKind, Op, OpKind
-from paraplan.specs.training import TrainingSpec
+from paraplan.specs.training import DEFAULT_RECOMPUTE_MODULES, TrainingSpec
+
+SELECTIVE_PREFIX = "selective:"
+FULL_INNER = "full_inner"
+OFFLOAD = "offload"
 
 
 def recompute_mode(train: TrainingSpec) -> str:
     """The recompute mode the memory and cost models apply: torchtitan's selective AC with its default option
-    `op` (`activation_checkpoint.selective_ac_option`, torchtitan@9dec370 config_manager.py) is per-op SAC."""
+    `op` (`activation_checkpoint.selective_ac_option`, torchtitan@9dec370 config_manager.py) is per-op SAC;
+    Megatron's selective recompute of named modules other than core attention alone is "selective:<modules>"."""
     if train.recompute_granularity == "selective" and train.framework == "torchtitan":
         return "op"
+    modules = train.recompute_modules
+    if train.recompute_granularity == "selective" and modules is not None and modules != DEFAULT_RECOMPUTE_MODULES:
+        return SELECTIVE_PREFIX + ",".join(sorted(set(modules)))
     return train.recompute_granularity
+
+
+@dataclass(frozen=True, slots=True)
+class LayerModes:
+    """Per-layer modes beyond "the first N layers of a stage" (`projection._stage_parts`): Megatron's uniform
+    method (runs of `uniform_run` layers, each checkpointed at its input), Primus's layer ids, and Megatron's
+    activation CPU offloading of the first `offload_layers` decoder layers."""
+
+    uniform_run: int = 1
+    layer_ids: frozenset[int] | None = None
+    offload_layers: int = 0
+
+    def mode_of(self, mode: str, global_index: int, index_in_stage: int) -> str:
+        if self.offload_layers and global_index < self.offload_layers:
+            return OFFLOAD
+        if mode != "full":
+            return mode
+        if self.layer_ids is not None:
+            return "full" if global_index in self.layer_ids else "none"
+        return "full" if index_in_stage % self.uniform_run == 0 else FULL_INNER
+
+
+def layer_modes(train: TrainingSpec) -> tuple[str, int | None, LayerModes | None]:
+    """(mode, layers recomputed at the start of each stage, per-layer modes) of a training spec: the arguments of
+    `projection._stage_parts`. The per-layer modes are None unless a production knob asks for them, so specs
+    without them take the same cached paths as before."""
+    mode = recompute_mode(train)
+    block_layers = train.recompute_num_layers if train.recompute_method == "block" else None
+    uniform_run = train.recompute_num_layers or 1 if train.recompute_method == "uniform" else 1
+    ids = frozenset(train.recompute_layer_ids) if train.recompute_layer_ids is not None else None
+    if uniform_run == 1 and ids is None and not train.cpu_offloading_num_layers:
+        return mode, block_layers, None
+    return mode, block_layers, LayerModes(uniform_run, ids, train.cpu_offloading_num_layers)
 
 
 def _mm_widths(op: Op, forward: Sequence[Op]) -> list[int]:
@@ -67,9 +114,48 @@ def op_policy_saved_bytes(forward: Sequence[Op], layer_input_bytes: float, act_b
     return kept
 
 
+# Megatron `--recompute-modules`, by the operators each module stands for (megatron-core 0.16
+# TransformerConfig.recompute_modules; `graph.layers` names the ops): "core_attn" is the selective tag.
+MODULE_OP_NAMES: dict[str, tuple[str, ...]] = {
+    "layernorm": ("attn_norm", "mlp_norm"),
+    "mla_up_proj": ("q_up", "kv_up", "rotary"),
+    "moe_act": ("expert_act",),
+}
+OUTPUT_DISCARDING = frozenset(MODULE_OP_NAMES)
+"""Modules checkpointed by discarding their output (megatron-core: "moe_act", "layernorm" and "mla_up_proj");
+the others checkpoint the module whole, keeping its input."""
+DISCARDED_OUTPUT_HOLDERS: dict[str, tuple[str, ...]] = {
+    "layernorm": ("attn_norm", "mlp_norm"),  # a norm's output is its input's size (what the norm op saves)
+    "mla_up_proj": ("q_up", "kv_up"),
+    "moe_act": ("expert_down",),  # the activation's output is what the down projection saves
+}
+"""The ops whose saved bytes stand for an output-discarding module's output (`graph.layers` attribution)."""
+
+
+def _in_module(op: Op, module: str) -> bool:
+    if module == "core_attn":
+        return "selective" in op.tags
+    if module in MODULE_OP_NAMES:
+        return op.name in MODULE_OP_NAMES[module]
+    if module == "mlp":  # the dense MLP (not the experts, not the shared experts)
+        return op.name.startswith("mlp_") and op.name != "mlp_norm" and op.name != "mlp_residual"
+    if module == "shared_experts":
+        return op.name.startswith("shared_expert")
+    if module == "moe":  # the MoE layer: router, dispatch, experts, combine, shared experts
+        return "moe" in op.tags or op.name.startswith("shared_expert") or op.name == "tp_ag_shared"
+    return False
+
+
+def module_ops(forward: Sequence[Op], modules: Sequence[str]) -> list[Op]:
+    """The forward ops of the named Megatron modules, in order."""
+    return [op for op in forward if any(_in_module(op, m) for m in modules)]
+
+
 def recomputed_ops(forward: Sequence[Op], recompute: str) -> list[Op]:
-    if recompute == "full":
+    if recompute in ("full", FULL_INNER):
         return list(forward)
+    if recompute.startswith(SELECTIVE_PREFIX):
+        return module_ops(forward, recompute[len(SELECTIVE_PREFIX) :].split(","))
     if recompute == "selective":
         return [op for op in forward if "selective" in op.tags]
     if recompute == "op":  # the ops whose outputs per-op SAC drops whole (GEMMs it keeps in part are not redone)
@@ -78,9 +164,26 @@ def recomputed_ops(forward: Sequence[Op], recompute: str) -> list[Op]:
 
 
 def saved_bytes(forward: Sequence[Op], recompute: str, layer_input_bytes: float, act_bytes: float = 2.0) -> float:
-    """Bytes kept for backward. Under full recompute only the layer input (a checkpoint) is kept."""
+    """Bytes kept for backward. Under full recompute only the layer input (a checkpoint) is kept; inside a uniform
+    run (`FULL_INNER`) and under activation offloading nothing stays on the GPU. A checkpointed module keeps its
+    input: the saved tensor of its first op (counted there), dropped are the rest of its ops' saved bytes."""
     if recompute == "full":
         return layer_input_bytes
+    if recompute in (FULL_INNER, OFFLOAD):
+        return 0.0
+    if recompute.startswith(SELECTIVE_PREFIX):
+        dropped: set[int] = set()
+        for module in recompute[len(SELECTIVE_PREFIX) :].split(","):
+            if module in DISCARDED_OUTPUT_HOLDERS:
+                holders = DISCARDED_OUTPUT_HOLDERS[module]
+                dropped.update(i for i, op in enumerate(forward) if op.name in holders)
+                continue
+            members = [i for i, op in enumerate(forward) if _in_module(op, module)]
+            # core attention's inputs (Q, K, V) are saved by the projections before it (Korthikanti et al.)
+            dropped.update(members if module == "core_attn" else members[1:])
+        total = sum(op.saved_bytes for op in forward)
+        dropped_bytes = sum(forward[i].saved_bytes for i in dropped)
+        return max(0.0, total - dropped_bytes)
     if recompute == "op":
         return op_policy_saved_bytes(forward, layer_input_bytes, act_bytes)
     dropped = sum(op.saved_bytes for op in recomputed_ops(forward, recompute))

@@ -182,13 +182,15 @@ def state_bytes(
     if train.use_precision_aware_optimizer and not fp32:
         grad_bytes = min(grad_bytes, DTYPE_BYTES[train.main_grads_dtype])
         optimizer_bytes = optimizer_state_bytes(train)
+    on_gpu = 1.0 - train.offloaded_optimizer_fraction  # CPU offload: that share of the states lives on the host
     if train.shards_params:
-        # torch FSDP / ZeRO-3 mixed precision: fp32 sharded params and grads, Adam moments; bf16 gathered units
+        # torch FSDP / ZeRO-3 mixed precision: fp32 sharded params and grads, Adam moments; bf16 gathered units.
+        # FSDP2's CPUOffloadPolicy (torchtitan `enable_cpu_offload`) keeps the sharded params and grads on the host too.
         shard = dense_params / dp + expert_params / expert_dp
         return {
-            "weights": weight_bytes * gathered_params + 4 * shard,
-            "gradients": 4 * shard + weight_bytes * gathered_params,
-            "optimizer": 8 * shard,
+            "weights": weight_bytes * gathered_params + 4 * shard * on_gpu,
+            "gradients": 4 * shard * on_gpu + weight_bytes * gathered_params,
+            "optimizer": 8 * shard * on_gpu,
         }
     weights = weight_bytes * (dense_params + expert_params)
     if train.zero_stage >= 2:
@@ -199,6 +201,7 @@ def state_bytes(
         optimizer = optimizer_bytes * (dense_params / dp + expert_params / expert_dp)
     else:
         optimizer = optimizer_bytes * (dense_params + expert_params)
+    optimizer *= on_gpu
     return {"weights": weights, "gradients": grads, "optimizer": optimizer}
 
 

@@ -48,6 +48,15 @@ def _int_tuple(value: Any) -> tuple[int, ...]:
     return tuple(_int(v) for v in value)
 
 
+def _str_tuple(value: Any) -> tuple[str, ...]:
+    """A list of names, or one comma-separated string (as Megatron's command line takes them)."""
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if not isinstance(value, list | tuple):
+        raise TypeError("a list of names")
+    return tuple(_str(v) for v in value)
+
+
 def _optional(inner: Coerce) -> Coerce:
     def coerce(value: Any) -> Any:
         return None if value is None else inner(value)
@@ -66,6 +75,8 @@ def _checker(hint: Any) -> Coerce | None:
         return _str if all(isinstance(a, str) for a in args) else None
     if origin is tuple and args and args[0] is int:
         return _int_tuple
+    if origin is tuple and args and args[0] is str:
+        return _str_tuple
     return {int: _int, float: _float, bool: _bool, str: _str}.get(hint)
 
 

@@ -47,6 +47,12 @@ class GpuSpec:
     source: str = ""
     exp_tera_per_s: float = 0.0
     """Exponentials per second of the special-function units, 1e12 (attention's softmax; 0: not modelled)."""
+    host_link_gbps: float = 64.0
+    """GPU <-> host memory link, GB/s per direction (CPU offload): PCIe Gen5 x16 = 64 (PCI-SIG), Gen4 x16 = 32;
+    NVLink-C2C on GH200 = 450 (900 GB/s total, NVIDIA GH200 datasheet)."""
+    host_memory_gbps: float = 77.0
+    """Host DRAM bandwidth one GPU's process gets, GB/s (the CPU optimizer step): the node's peak over its GPUs;
+    default DGX H100, two Xeon 8480C x 8 DDR5-4800 channels = 614 GB/s over 8 GPUs."""
 
     def __post_init__(self) -> None:
         problems = bound_problems(
@@ -59,6 +65,8 @@ class GpuSpec:
                 ("hbm_tbps", self.hbm_tbps, TINY, INF),
                 ("sm_count", self.sm_count, 1, INF),
                 ("exp_tera_per_s", self.exp_tera_per_s, 0, INF),
+                ("host_link_gbps", self.host_link_gbps, TINY, INF),
+                ("host_memory_gbps", self.host_memory_gbps, TINY, INF),
             ],
             f"GPU {self.name}:",
         )
@@ -85,6 +93,14 @@ class GpuSpec:
     @property
     def hbm_bytes_per_s(self) -> float:
         return self.hbm_tbps * 1e12
+
+    @property
+    def host_link_bytes_per_s(self) -> float:
+        return self.host_link_gbps * 1e9
+
+    @property
+    def host_memory_bytes_per_s(self) -> float:
+        return self.host_memory_gbps * 1e9
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,12 @@ TRAINING_PRECISIONS = (*PRECISIONS, "fp32")
 activations; CPU reference runs, `paraplan.measure.e2e`). fp32 math is costed on the GpuSpec's `fp16_tflops`
 (`specs.system.PRECISION_PEAK_KEY`): a CPU's spec puts its fp32 matmul rate there."""
 RECOMPUTES = ("none", "selective", "full")
+RECOMPUTE_METHODS = ("uniform", "block")
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+"""Megatron `--recompute-modules` choices (megatron-core 0.16 TransformerConfig.recompute_modules)."""
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+"""What selective recompute redoes when no modules are named (megatron-core's default)."""
+CUDA_GRAPH_SCOPES = ("none", "layer", "full_iteration")
 DISPATCHERS = ("alltoall", "flex")
 ATTENTION_BACKENDS = ("flash", "unfused")
 # Frameworks whose runtime behaviour the projection knows (calibration sections, defaults, ZeRO-3 semantics):
@@ -72,8 +78,22 @@ class TrainingSpec:
     sequence_parallel: bool = False
     recompute_granularity: Recompute = "none"
     recompute_num_layers: int | None = None
-    """With full recompute: layers per stage recomputed (Megatron `--recompute-num-layers`, block method).
-    None means all of them."""
+    """With full recompute: Megatron `--recompute-num-layers`. Block method: layers recomputed at the start of each
+    stage (virtual chunk), the others keep their activations; uniform method: layers per checkpointed run. None
+    means every layer is its own checkpoint (uniform, 1)."""
+    recompute_method: Literal["uniform", "block"] = "block"
+    """Megatron `--recompute-method` (with full recompute and `recompute_num_layers`). `block`: the first
+    `recompute_num_layers` layers of each stage are recomputed whole, the rest keep their activations. `uniform`:
+    every layer is recomputed; the stage's layers are cut into runs of `recompute_num_layers`, each checkpointed at
+    its input, so one input per run is kept and a run's recompute holds all its layers' activations at once
+    (megatron-core TransformerBlock._checkpointed_forward)."""
+    recompute_modules: tuple[str, ...] | None = None
+    """With selective recompute: Megatron `--recompute-modules` (`RECOMPUTE_MODULES`); None means core_attn only
+    (megatron-core's default). `core_attn`, `mlp`, `moe`, `shared_experts` checkpoint the module (its input kept,
+    its inside recomputed); `moe_act`, `layernorm`, `mla_up_proj` discard their output and recompute it."""
+    recompute_layer_ids: tuple[int, ...] | None = None
+    """Primus's recompute by layer index: these decoder layers (0-based, over the whole model) are recomputed
+    whole, every other layer keeps its activations (with recompute full; `recompute_num_layers` unset)."""
     use_distributed_optimizer: bool = False
     zero_stage: int = 0
     """0 plain DDP, 1 sharded optimizer states (= distributed optimizer), 2 + sharded grads, 3 full shard."""
@@ -91,6 +111,15 @@ class TrainingSpec:
     moe_ep_overlap: bool = False
     """Overlap the EP all-to-all with other compute (DualPipe-style, or Megatron's
     `--overlap-moe-expert-parallel-comm`)."""
+    moe_pad_expert_input_to_capacity: bool = False
+    """Megatron `--moe-pad-expert-input-to-capacity` (needs `moe_expert_capacity_factor`): every expert gets exactly
+    its capacity of tokens (dropped beyond, padded below), so the dispatch sizes are known on the host and the
+    token counts never leave the GPU: no device-to-host sync per MoE layer (megatron-core 0.16 token_dispatcher.py,
+    `drop_and_pad` skips `_maybe_dtoh_and_synchronize`), at the price of the padded work (capacity factor x the
+    balanced tokens)."""
+    moe_expert_capacity_factor: float | None = None
+    """Megatron `--moe-expert-capacity-factor`: tokens per expert = factor x tokens x top-k / experts. None is
+    dropless. Without padding paraplan projects balanced routing (no tokens dropped), the factor aside."""
     moe_token_dispatcher_type: Dispatcher = "alltoall"
     """Megatron `--moe-token-dispatcher-type`. `alltoall` sends one copy of a token per chosen expert. `flex`
     (DeepEP or HybridEP, `--moe-flex-dispatcher-backend`) sends a token once to each rank that holds one of its
@@ -132,6 +161,25 @@ class TrainingSpec:
     """`--exp-avg-dtype`: fp32, fp16, bf16 or fp8 (Adam's first moment)."""
     exp_avg_sq_dtype: str = "fp32"
     """`--exp-avg-sq-dtype`: fp32, fp16, bf16 or fp8 (Adam's second moment)."""
+    optimizer_cpu_offload: bool = False
+    """Megatron `--optimizer-cpu-offload` (HybridDeviceOptimizer), torchtitan `training.enable_cpu_offload` (FSDP2
+    CPUOffloadPolicy): `optimizer_offload_fraction` of the optimizer states and their Adam step live on the host;
+    the gradients go down and the updated parameters come back over the host link."""
+    optimizer_offload_fraction: float = 1.0
+    """Megatron `--optimizer-offload-fraction` (0 to 1, with `optimizer_cpu_offload`): the share of parameters whose
+    optimizer states and step are on the CPU (Megatron-LM arguments.py default 1.0)."""
+    cpu_offloading_num_layers: int = 0
+    """Megatron `--cpu-offloading --cpu-offloading-num-layers N` (activations; megatron-core
+    ModelParallelConfig.cpu_offloading_num_layers, TransformerEngine `get_cpu_offload_context`): the saved
+    activations of the first N decoder layers go to host memory during forward and come back for backward,
+    each copy beside the next layer's compute. 0 = off. Megatron allows it only without pipeline parallelism and
+    without recompute, with N below the layer count."""
+    cuda_graph_scope: Literal["none", "layer", "full_iteration"] = "none"
+    """CUDA graphs (Megatron `--cuda-graph-impl local|transformer_engine` with `--cuda-graph-scope`, NeMo
+    `enable_cuda_graph`): `layer` captures each decoder layer's forward and backward (one graph launch replaces
+    its kernel launches; an MoE layer whose token counts reach the host stays eager from the router on, as
+    megatron-core allows the `moe` scope only with drop-and-pad), `full_iteration` also the micro-batch loop
+    (Megatron `--cuda-graph-scope full_iteration`, local implementation). `none`: eager launches."""
     framework: str = "megatron-lm"
     """Framework whose runtime overheads apply (megatron-lm, nemo-megatron, megatron-deepspeed, llm-foundry)."""
 
@@ -222,6 +270,24 @@ class TrainingSpec:
         pairs a forward with another micro-batch's backward (DualPipe's F&B pairs)."""
         spec = SCHEDULES.get(self.pipeline_schedule)
         return self.moe_ep_overlap or (spec is not None and spec.pairs_forward_backward)
+
+    @property
+    def moe_host_sync(self) -> bool:
+        """MoE layers wait for their token counts on the host (Megatron's dropless dispatchers); drop-and-pad does
+        not."""
+        return not self.moe_pad_expert_input_to_capacity
+
+    @property
+    def moe_padding_factor(self) -> float:
+        """Routed token copies per balanced one: the capacity factor under drop-and-pad, else 1."""
+        if self.moe_pad_expert_input_to_capacity and self.moe_expert_capacity_factor is not None:
+            return self.moe_expert_capacity_factor
+        return 1.0
+
+    @property
+    def offloaded_optimizer_fraction(self) -> float:
+        """Share of the optimizer's parameters whose states and step are on the host."""
+        return self.optimizer_offload_fraction if self.optimizer_cpu_offload else 0.0
 
     @property
     def shards_optimizer(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from paraplan.errors import ConfigError
+from paraplan.specs.knobs import knob_problems
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.schedule import SCHEDULES, validate_schedule
 from paraplan.specs.system import SystemSpec
@@ -165,6 +166,7 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         elif rest_stages == 0 and rest_layers != 0:
             p.append(f"first + last pipeline layers must equal the model's {model.num_layers} layers with pp=2")
     p += mixer_problems(model, train)
+    p += knob_problems(model, train)
     if model.is_moe:
         if model.num_experts % ep:
             p.append(f"experts {model.num_experts} must be divisible by ep {ep}")

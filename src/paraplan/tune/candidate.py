@@ -73,6 +73,62 @@ CANDIDATE_AXES: tuple[str, ...] = (
 """The axes in the order the tuner shows, sorts, keys and stores them."""
 
 
+KNOB_DEFAULTS: dict[str, object] = {
+    "cuda_graphs": "none",
+    "optimizer_offload": 0.0,
+    "activation_offload": 0,
+    "moe_capacity": 0.0,
+    "optimizer_states": "fp32",
+}
+"""The production knobs as optional tuner axes, at their "off" value (searched only when `--fix`ed, so the default
+space, its keys and stored results are as without them): `cuda_graphs` (`cuda_graph_scope`), `optimizer_offload`
+(the share of the optimizer on the CPU, 0 = none), `activation_offload` (decoder layers whose activations go to the
+host), `moe_capacity` (drop-and-pad capacity factor, 0 = dropless with the host sync), `optimizer_states` (fp32, or
+bf16 Adam moments through the precision-aware optimizer)."""
+KNOB_FIELDS: tuple[str, ...] = (
+    "cuda_graph_scope", "optimizer_cpu_offload", "optimizer_offload_fraction", "cpu_offloading_num_layers",
+    "moe_pad_expert_input_to_capacity", "moe_expert_capacity_factor", "use_precision_aware_optimizer",
+    "exp_avg_dtype", "exp_avg_sq_dtype",
+)  # fmt: skip
+"""The TrainingSpec fields the knob axes set."""
+
+
+def knob_settings(axis: str, value: object) -> dict[str, object]:
+    """One knob axis's value as the TrainingSpec settings that make it."""
+    if axis == "cuda_graphs":
+        return {"cuda_graph_scope": str(value)}
+    if axis == "optimizer_offload":
+        share = float(value)  # type: ignore[arg-type]
+        return {"optimizer_cpu_offload": share > 0, "optimizer_offload_fraction": share if share > 0 else 1.0}
+    if axis == "activation_offload":
+        return {"cpu_offloading_num_layers": int(value)}  # type: ignore[call-overload]
+    if axis == "moe_capacity":
+        factor = float(value)  # type: ignore[arg-type]
+        return {"moe_pad_expert_input_to_capacity": factor > 0, "moe_expert_capacity_factor": factor or None}
+    if axis == "optimizer_states":
+        return {
+            "use_precision_aware_optimizer": value != "fp32",
+            "exp_avg_dtype": str(value),
+            "exp_avg_sq_dtype": str(value),
+        }
+    raise KeyError(axis)
+
+
+def knob_of(train: TrainingSpec, axis: str) -> object:
+    """A knob axis's value in a training spec (the inverse of `knob_settings`)."""
+    if axis == "cuda_graphs":
+        return train.cuda_graph_scope
+    if axis == "optimizer_offload":
+        return train.offloaded_optimizer_fraction
+    if axis == "activation_offload":
+        return train.cpu_offloading_num_layers
+    if axis == "moe_capacity":
+        return train.moe_padding_factor if train.moe_pad_expert_input_to_capacity else 0.0
+    if axis == "optimizer_states":
+        return train.exp_avg_dtype if train.use_precision_aware_optimizer else "fp32"
+    raise KeyError(axis)
+
+
 def sharding_of(train: TrainingSpec) -> str:
     """The sharding choice a training spec makes (ZeRO-1 is the distributed optimizer, ZeRO-3 FSDP)."""
     if train.fsdp or train.zero_stage >= 3:
@@ -86,10 +142,13 @@ def sharding_of(train: TrainingSpec) -> str:
 
 def _searched_values(axes: dict[str, object]) -> dict[str, object]:
     """Tuner axis names -> TrainingSpec field values; an unknown axis is an error, not dropped."""
-    unknown = set(axes) - set(AXIS_FIELDS) - {"sharding"}
+    unknown = set(axes) - set(AXIS_FIELDS) - {"sharding"} - set(KNOB_DEFAULTS)
     if unknown:
         raise TypeError(f"not a candidate axis: {', '.join(sorted(unknown))}")
-    values = {AXIS_FIELDS[k]: v for k, v in axes.items() if k != "sharding"}
+    values = {AXIS_FIELDS[k]: v for k, v in axes.items() if k in AXIS_FIELDS}
+    for axis in KNOB_DEFAULTS:
+        if axis in axes:
+            values |= knob_settings(axis, axes[axis])
     if "sharding" in axes:
         values |= SHARDING_SETTINGS[str(axes["sharding"])]
     return values
@@ -200,21 +259,31 @@ class Candidate:
 
     def sort_key(self) -> tuple:
         """A total order (ties in the ranking go to the simpler layout: smaller tp, cp, pp first)."""
-        return tuple(-1 if v is None else v for v in self.values())
+        return tuple(-1 if v is None else v for v in self.values()) + tuple(str(v) for v in self.knobs().values())
 
     def structure(self) -> Candidate:
         """The group key: everything but recompute (recompute variants are evaluated as a chain)."""
         return self.with_axes(recompute="none", recompute_layers=None)
 
+    def knob(self, axis: str) -> object:
+        """A knob axis's value (`KNOB_DEFAULTS`)."""
+        return knob_of(self.train, axis)
+
+    def knobs(self) -> dict[str, object]:
+        """The knob axes away from their "off" value (empty for every candidate of the default space)."""
+        return {axis: v for axis in KNOB_DEFAULTS if (v := self.knob(axis)) != KNOB_DEFAULTS[axis]}
+
     def key(self) -> str:
-        """A short stable text key (persistence, de-duplication across processes and runs)."""
-        return "|".join(map(str, self.values()))
+        """A short stable text key (persistence, de-duplication across processes and runs); knobs that are on are
+        appended as axis=value."""
+        knobs = [f"{axis}={value}" for axis, value in self.knobs().items()]
+        return "|".join([*map(str, self.values()), *knobs])
 
     def values(self) -> tuple:
         return tuple(getattr(self, axis) for axis in CANDIDATE_AXES)
 
     def to_dict(self) -> dict[str, object]:
-        return {**dict(zip(CANDIDATE_AXES, self.values(), strict=True)), "dp": self.dp}
+        return {**dict(zip(CANDIDATE_AXES, self.values(), strict=True)), "dp": self.dp, **self.knobs()}
 
     def describe(self) -> str:
         parts = [f"tp{self.tp}", f"pp{self.pp}"]
@@ -229,6 +298,7 @@ class Candidate:
         parts += [self.precision, f"rc:{self.recompute_label}", self.sharding]
         if self.sp:
             parts.append("sp")
+        parts += [f"{axis}={value}" for axis, value in self.knobs().items()]
         return " ".join(parts)
 
 
@@ -302,6 +372,8 @@ def to_training(problem: TuneProblem, c: Candidate) -> TrainingSpec:
     split = pipeline_split(problem.model, model_stages(c.schedule, c.pp, c.vpp), problem.seq) or {}
     values: dict[str, object] = {
         **{name: getattr(c.train, name) for name in SEARCHED_FIELDS},
+        # knob axes the candidate turns on (the problem's own settings stand otherwise)
+        **{name: value for axis in c.knobs() for name, value in knob_settings(axis, c.knob(axis)).items()},
         "expert_tensor_parallel_size": c.etp if problem.model.is_moe else None,
         "data_parallel_size": c.dp,
         "global_batch_size": problem.gbs,
@@ -322,4 +394,5 @@ def from_training(problem: TuneProblem, train: TrainingSpec, num_gpus: int) -> C
     dp = train.data_parallel_size or max(1, num_gpus // (tp * pp * cp))
     searched = {name: getattr(train, name) for name in SEARCHED_FIELDS}
     searched |= {"expert_tensor_parallel_size": train.etp, **SHARDING_SETTINGS[sharding_of(train)]}
+    searched |= {name: getattr(train, name) for name in KNOB_FIELDS}
     return Candidate(tp * pp * cp * dp, replace(TrainingSpec(), **searched))

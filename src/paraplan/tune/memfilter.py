@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.graph import layers as L
 from paraplan.graph.partition import chunks_per_rank, pipeline_split
-from paraplan.memory.activations import recompute_mode
+from paraplan.memory.activations import layer_modes
 from paraplan.memory.model import MemoryResult, pipeline_memory
 from paraplan.projection import _layout_parts, stage_footprints
 from paraplan.sim.engine import schedule_plan
@@ -60,7 +60,8 @@ class GroupMemory:
     def memory(self, mode: str, full_layers: int | None = None) -> MemoryResult:
         """Bytes per GPU of every pipeline rank with this recompute (`full_layers`: `recompute_num_layers`)."""
         train = self.train_for(mode, full_layers)
-        stage_parts, _ = _layout_parts(self.model, self.split, recompute_mode(train), full_layers)
+        mode, block_layers, per_layer = layer_modes(train)
+        stage_parts, _ = _layout_parts(self.model, self.split, mode, block_layers, per_layer)
         footprints = stage_footprints(stage_parts, self.model, self.shard)
         peaks = [
             peak_live_bytes(self.plan, r, [footprints[i].saved_bytes for i in row]) for r, row in enumerate(self.holder)

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 
 from paraplan.errors import ConfigError
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
-from paraplan.specs.training import PRECISIONS
+from paraplan.specs.training import CUDA_GRAPH_SCOPES, PRECISIONS
 from paraplan.tune.candidate import (
+    KNOB_DEFAULTS,
     SHARDING_ALIASES,
     SHARDINGS,
     Candidate,
@@ -31,7 +32,9 @@ from paraplan.tune.candidate import (
 INT_AXES = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "dp")
 BOOL_AXES = ("sp", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "ep_overlap")
 TEXT_AXES = ("recompute", "sharding", "schedule", "precision")
-AXES = INT_AXES + BOOL_AXES + TEXT_AXES
+KNOB_AXES = tuple(KNOB_DEFAULTS)
+"""Optional axes (`candidate.KNOB_DEFAULTS`): held at "off" unless `--fix`ed (`--fix cuda_graphs=none,layer`)."""
+AXES = INT_AXES + BOOL_AXES + TEXT_AXES + KNOB_AXES
 AXIS_ALIASES = {
     "sequence_parallel": "sp",
     "zero": "sharding",
@@ -102,6 +105,39 @@ def parse_axis_value(axis: str, text: str) -> object:
         return text
     if axis == "precision":
         if text not in PRECISIONS:
+            raise ValueError(text)
+        return text
+    return parse_knob_value(axis, text)
+
+
+OPTIMIZER_STATE_DTYPES = ("fp32", "bf16", "fp16", "fp8")
+
+
+def parse_knob_value(axis: str, text: str) -> object:
+    """cuda_graphs none|layer|full_iteration; optimizer_offload 0..1; activation_offload N >= 0; moe_capacity
+    F >= 0 (0: dropless); optimizer_states fp32|bf16|fp16|fp8."""
+    text = text.strip().lower()
+    if axis == "cuda_graphs":
+        if text not in CUDA_GRAPH_SCOPES:
+            raise ValueError(text)
+        return text
+    if axis == "optimizer_offload":
+        share = float(text)
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(text)
+        return share
+    if axis == "activation_offload":
+        layers = int(text)
+        if layers < 0:
+            raise ValueError(text)
+        return layers
+    if axis == "moe_capacity":
+        factor = float(text)
+        if factor < 0:
+            raise ValueError(text)
+        return factor
+    if axis == "optimizer_states":
+        if text not in OPTIMIZER_STATE_DTYPES:
             raise ValueError(text)
         return text
     raise KeyError(axis)
@@ -232,6 +268,21 @@ class SearchSpace:
             return [bool(v) for v in explicit]
         return [True, False] if axis in SEARCHED_FLAGS else [True]
 
+    def knob_values(self, axis: str) -> list[object]:
+        """An optional axis's values: the `--fix`ed ones, else only "off" (the default space is unchanged)."""
+        explicit = self.limits.allowed.get(axis)
+        if axis == "moe_capacity" and not self.problem.model.is_moe:
+            return [KNOB_DEFAULTS[axis]]
+        return list(explicit) if explicit else [KNOB_DEFAULTS[axis]]
+
+    def knob_combinations(self) -> list[dict[str, object]]:
+        """Every combination of the knob axes' values ({} alone when none is searched)."""
+        searched = [axis for axis in KNOB_AXES if self.knob_values(axis) != [KNOB_DEFAULTS[axis]]]
+        return [
+            dict(zip(searched, values, strict=True))
+            for values in itertools.product(*(self.knob_values(axis) for axis in searched))
+        ]
+
     def _pipeline_shapes(self, pp: int) -> list[tuple[str, int]]:
         """(schedule, vpp) pairs whose layer split works for this pp."""
         model = self.problem.model
@@ -313,7 +364,7 @@ class SearchSpace:
                                         * len(self.flag_values("ep_overlap", ep > 1))
                                     )
                                 total += shapes[pp] * per_shape
-        return total
+        return total * len(self.knob_combinations())
 
     def _rest(self, num_gpus, precision, tp, cp, sp, mbs, pp, shapes, model) -> Iterator[Candidate]:  # noqa: ANN001
         dp = num_gpus // (tp * cp * pp)
@@ -328,7 +379,7 @@ class SearchSpace:
                 self.flag_values("tp_comm_overlap", tp > 1 and sp),
                 self.flag_values("ep_overlap", ep > 1),
             ):
-                yield Candidate.of(
+                base = Candidate.of(
                     num_gpus=num_gpus,
                     precision=precision,
                     tp=tp,
@@ -348,6 +399,8 @@ class SearchSpace:
                     tp_comm_overlap=tco,
                     ep_overlap=epo,
                 )
+                for knobs in self.knob_combinations():
+                    yield base.with_axes(**knobs) if knobs else base
 
     def layers_per_chunk(self, c: Candidate) -> int:
         chunks = model_stages(c.schedule, c.pp, c.vpp)
@@ -398,6 +451,8 @@ class SearchSpace:
             return list(self.recompute_options(around))
         if axis == "num_gpus":
             return list(self.problem.gpu_counts)
+        if axis in KNOB_AXES:
+            return self.knob_values(axis)
         if axis in BOOL_AXES:
             explicit = self.limits.allowed.get(axis)
             return [bool(v) for v in explicit] if explicit else [True, False]
@@ -431,6 +486,7 @@ class SearchSpace:
             "schedule": c.schedule,
             "precision": c.precision,
             "recompute": (c.recompute, c.recompute_layers),
+            **{axis: c.knob(axis) for axis in KNOB_AXES if axis in self.limits.allowed},
         }
         if c.num_gpus not in self.problem.gpu_counts:
             return False
@@ -488,4 +544,5 @@ class SearchSpace:
             tp_comm_overlap=bool(parsed.get("tp_comm_overlap", True)),
             ep_overlap=bool(parsed.get("ep_overlap", True)),
         )
-        return self.normalize(c)
+        knobs = {axis: parsed[axis] for axis in KNOB_AXES if axis in parsed}
+        return self.normalize(c.with_axes(**knobs) if knobs else c)

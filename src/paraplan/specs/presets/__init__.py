@@ -76,6 +76,10 @@ def gpu_preset_table(name: str) -> dict[str, Any]:
     return dict(table[key])
 
 
+DEFAULT_HOST_LINK_GBPS = 64.0  # PCIe Gen5 x16 per direction (`GpuSpec.host_link_gbps`)
+DEFAULT_HOST_MEMORY_GBPS = 77.0  # a DGX H100's host DRAM per GPU (`GpuSpec.host_memory_gbps`)
+
+
 def system_preset(name: str, num_gpus: int) -> SystemSpec:
     entry = gpu_preset_table(name)
     gpu = GpuSpec(
@@ -88,6 +92,8 @@ def system_preset(name: str, num_gpus: int) -> SystemSpec:
         hbm_tbps=float(entry["hbm_tbps"]),
         sm_count=int(entry["sm_count"]),
         exp_tera_per_s=float(entry.get("exp_tera_per_s", 0.0)),
+        host_link_gbps=float(entry.get("host_link_gbps", DEFAULT_HOST_LINK_GBPS)),
+        host_memory_gbps=float(entry.get("host_memory_gbps", DEFAULT_HOST_MEMORY_GBPS)),
         source=entry.get("source", ""),
     )
     return SystemSpec(
