@@ -287,7 +287,10 @@ def _stage_sums(
         total.f += f
         total.b += b
         total.w += w
-        total.recompute += redo
+        # the recompute's own work: its exposed communication (the recomputed forward's all-to-all, its TP
+        # collectives) is in comm_exposed with the rest of the layer's, and counting it here too made the
+        # breakdown take it twice (MoE under full recompute: zero forward and backward compute, issue 34)
+        total.recompute += redo - (cost.recompute_s - cost.recompute_compute_s) * count
         _add(total.comm_total, cost.comm_total_s, count)
         _add(total.comm_exposed, cost.comm_exposed_s, count)
         add_records(total.comm_sources, cost.comm_sources, count)

@@ -10,7 +10,7 @@ from paraplan.memory.model import MemoryResult
 from paraplan.sim.breakdown import BreakdownPart
 from paraplan.sim.pipeline import PipelineOutcome
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.system import SystemSpec
+from paraplan.specs.system import PRECISION_PEAK_KEY, SystemSpec
 from paraplan.specs.training import TrainingSpec
 
 __all__ = ["BreakdownPart", "Projection"]
@@ -45,17 +45,49 @@ class Projection:
         return self.model_flops_per_step / self.step_time_s / self.system.num_gpus / 1e12
 
     @property
+    def peak_precision(self) -> str:
+        """The tensor-core math the run's GEMMs use (`specs.system.PRECISION_PEAK_KEY`: "fp8" for every FP8
+        recipe, "fp4" for NVFP4, "fp16" for fp32 training and for a GPU without a BF16 peak): the peak `mfu` is
+        against. A GPU with no peak for it falls back to its FP16 one (`GpuSpec.peak_flops`)."""
+        key = PRECISION_PEAK_KEY.get(self.train.precision, self.train.precision)
+        return key if self.system.gpu.peak_tflops.get(key, 0.0) > 0 else "fp16"
+
+    @property
     def peak_flops_per_gpu(self) -> float:
-        """MFU/HFU denominator: the dense 16-bit peak (the common convention, also for FP8 runs)."""
+        """MFU/HFU denominator: the dense peak of the math the run computes in (`peak_precision`), so MFU <= 1
+        holds for FP8 and NVFP4 runs too."""
+        return self.system.gpu.peak_flops(self.train.precision)
+
+    @property
+    def bf16_peak_flops_per_gpu(self) -> float:
+        """The dense 16-bit peak: the denominator of `mfu_bf16_peak` (the convention of Megatron-LM / NeMo
+        reports, which keep it for FP8 runs, so an FP8 or NVFP4 run can exceed 100% of it)."""
         return self.system.gpu.peak_flops("bf16")
 
     @property
     def mfu(self) -> float:
+        """Model FLOPs utilisation against the peak of the precision the run computes in (`peak_precision`): the
+        primary figure, at most 1."""
         return self.tflops_per_gpu * 1e12 / self.peak_flops_per_gpu
 
     @property
     def hfu(self) -> float:
-        return self.hardware_flops_per_step / self.step_time_s / self.system.num_gpus / self.peak_flops_per_gpu
+        """Hardware FLOPs (recompute included) utilisation against the same peak as `mfu`."""
+        return self._hardware_flops_per_gpu_s / self.peak_flops_per_gpu
+
+    @property
+    def mfu_bf16_peak(self) -> float:
+        """`mfu` against the dense BF16 peak whatever the precision (comparable across precisions and with
+        published figures, which use this convention; above 1 is possible for FP8 / NVFP4 runs)."""
+        return self.tflops_per_gpu * 1e12 / self.bf16_peak_flops_per_gpu
+
+    @property
+    def hfu_bf16_peak(self) -> float:
+        return self._hardware_flops_per_gpu_s / self.bf16_peak_flops_per_gpu
+
+    @property
+    def _hardware_flops_per_gpu_s(self) -> float:
+        return self.hardware_flops_per_step / self.step_time_s / self.system.num_gpus
 
     @property
     def breakdown(self) -> dict[str, float]:
@@ -101,6 +133,9 @@ class Projection:
             "tokens_per_sec_per_gpu": self.tokens_per_sec_per_gpu,
             "mfu": self.mfu,
             "hfu": self.hfu,
+            "mfu_peak": {"precision": self.peak_precision, "tflops_per_gpu": self.peak_flops_per_gpu / 1e12},
+            "mfu_bf16_peak": self.mfu_bf16_peak,
+            "hfu_bf16_peak": self.hfu_bf16_peak,
             "tflops_per_gpu": self.tflops_per_gpu,
             "model_flops_per_step": self.model_flops_per_step,
             "hardware_flops_per_step": self.hardware_flops_per_step,

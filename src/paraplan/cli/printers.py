@@ -10,6 +10,7 @@ from paraplan.cli.common import console
 from paraplan.errors import ConfigError
 from paraplan.memory.model import ALLOCATED_PARTS, DEVICE_PARTS, GIB, RESERVED_PARTS
 from paraplan.result import Projection
+from paraplan.sim.summary import PIPELINE_WIDE_COMM
 from paraplan.validate.evidence import evidence_for
 
 
@@ -41,7 +42,14 @@ def print_projection(result: Projection, as_json: bool) -> None:
     head.add_row("step time", fmt_s(result.step_time_s))
     head.add_row("throughput", f"{result.tokens_per_sec_per_gpu:,.0f} tokens/s per GPU")
     head.add_row("model TFLOP/s per GPU", f"{result.tflops_per_gpu:,.1f}")
-    head.add_row("MFU / HFU", f"{result.mfu:.1%} / {result.hfu:.1%}")
+    peak = f"{result.peak_precision.upper()} dense peak, {result.peak_flops_per_gpu / 1e12:,.0f} TFLOP/s"
+    head.add_row("MFU / HFU", f"{result.mfu:.1%} / {result.hfu:.1%} (of the {peak}: the run's math)")
+    if result.bf16_peak_flops_per_gpu != result.peak_flops_per_gpu:
+        bf16 = f"BF16 dense peak, {result.bf16_peak_flops_per_gpu / 1e12:,.0f} TFLOP/s"
+        head.add_row(
+            "MFU / HFU (BF16 peak)",
+            f"{result.mfu_bf16_peak:.1%} / {result.hfu_bf16_peak:.1%} (of the {bf16}: the published convention)",
+        )
     mem = result.memory
     verdict = "[green]FITS[/]" if mem.fits else "[red]OOM[/]"
     head.add_row(
@@ -59,13 +67,15 @@ def print_projection(result: Projection, as_json: bool) -> None:
         if seconds > 0:
             parts.add_row(name.replace("_", " "), fmt_s(seconds), f"{seconds / result.step_time_s:.1%}")
     console.print(parts)
-    comm = Table(title="communication (critical rank): total vs exposed")
+    comm = Table(title="communication: total vs exposed (on the critical path)")
     comm.add_column("kind")
+    comm.add_column("total over", justify="left")
     comm.add_column("total", justify="right")
     comm.add_column("exposed", justify="right")
     for kind, total in result.pipeline.comm_total_s.items():
         if total > 0:
-            comm.add_row(kind, fmt_s(total), fmt_s(result.pipeline.comm_exposed_s.get(kind, 0.0)))
+            scope = "all pipeline ranks" if kind in PIPELINE_WIDE_COMM else "critical rank"
+            comm.add_row(kind, scope, fmt_s(total), fmt_s(result.pipeline.comm_exposed_s.get(kind, 0.0)))
     console.print(comm)
     if result.collectives:
         sources = Table(title="collectives: measured or modelled")

@@ -198,7 +198,7 @@ def headlines(p: Projection) -> tuple[Headline, ...]:
     return (
         Headline("step time", fmt_s(p.step_time_s)),
         Headline("tokens/s per GPU", f"{p.tokens_per_sec_per_gpu:,.0f}"),
-        Headline("MFU", f"{p.mfu:.1%}"),
+        Headline(f"MFU ({p.peak_precision.upper()} peak)", f"{p.mfu:.1%}"),
         Headline("pipeline bubble", f"{fmt_s(bubble)} ({bubble / p.step_time_s:.0%})", "bad" if bubble else ""),
         Headline(
             "peak memory per GPU",

@@ -118,5 +118,15 @@ def close_with_bubble(parts: dict[str, float], step_s: float) -> dict[str, float
     """Set the pipeline bubble to the step less every other part, in its place in the order (added last if new):
     the parts then sum to the step, and no other part absorbs a rounding difference."""
     others = sum(seconds for part, seconds in parts.items() if part != BreakdownPart.PIPELINE_BUBBLE)
-    parts[BreakdownPart.PIPELINE_BUBBLE] = step_s - others
+    rest = step_s - others
+    # a rest below zero by floating-point rounding (-4e-16 s: the parts are sums of the same numbers in another
+    # order) is no time at all; anything further below is a model error and is left to show
+    if -ROUNDING_REL * abs(step_s) <= rest < 0.0:
+        rest = 0.0
+    parts[BreakdownPart.PIPELINE_BUBBLE] = rest
     return parts
+
+
+ROUNDING_REL = 1e-9
+"""The parts sum to the step up to this relative difference (`close_with_bubble` rounds a bubble this far below
+zero up to zero): a few hundred additions of float64 values lose about 1e-14 of their size."""

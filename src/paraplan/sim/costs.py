@@ -44,7 +44,8 @@ class ChunkCost:
     fsdp_reduce_scatter_s: float
     """FSDP: per micro-batch reduce-scatter of this chunk's gradients after its weight gradients; 0 if none."""
     recompute_s: float = 0.0
-    """The part of `backward_input_s` that recomputes the forward (only used to name parts of the step)."""
+    """The part of `backward_input_s` that recomputes the forward, its compute alone: the recomputed forward's
+    exposed communication is in `comm_exposed_s` with the rest (only used to name parts of the step)."""
     fsdp_refetch_s: float = 0.0
     """ZeRO-3 under recompute: the all-gather again, before B, of the parameters the recomputed forward released."""
     fsdp_units: int = 1

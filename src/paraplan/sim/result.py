@@ -47,7 +47,8 @@ class SimResult:
     compute_busy_s: tuple[float, ...]
     comm_total_s: dict[str, float]
     """Per kind ("tp", "cp", "ep", "pp", "dp", "fsdp", and any other kind the chunks carry): all of it on
-    the critical rank."""
+    the critical rank; "pp", "dp" and "fsdp": every pipeline rank's (their exposed parts are waits on the
+    critical path, which crosses the ranks: `summary._parts`)."""
     comm_exposed_s: dict[str, float]
     """Per kind: what stayed on the critical path (the same numbers as the *_exposed parts of breakdown_s)."""
     optimizer_s: float

@@ -13,6 +13,10 @@ from paraplan.sim.result import Event, SimResult
 from paraplan.sim.tables import DurationTables
 from paraplan.sim.timeline import Timeline
 
+PIPELINE_WIDE_COMM = frozenset({"pp", "dp", "fsdp"})
+"""Communication kinds whose total is every pipeline rank's (`SimResult.comm_total_s`), the others' the critical
+rank's."""
+
 
 def critical_path_waits(plan: Plan, tl: Timeline) -> dict[str, float]:
     """Walk back from the last task to time 0 along what each task waited for, and add up the waits that
@@ -105,7 +109,9 @@ def summarize(
     return SimResult(
         step_time_s=step_s,
         pipeline_time_s=pipeline_s,
-        bubble_s=tuple(pipeline_s - b for b in busy),
+        # a rank's tasks run one after another inside the pipeline phase, so busy <= pipeline_s: a difference below
+        # zero is the rounding of the two sums (-1e-16 s), no time
+        bubble_s=tuple(max(0.0, pipeline_s - b) for b in busy),
         compute_busy_s=tuple(busy),
         comm_total_s=comm_total,
         comm_exposed_s=comm_exposed,
@@ -168,10 +174,17 @@ def _parts(
     row = costs.chunks[critical]
     mbs = plan.microbatches_per_chunk[critical]
     comm_total = {k: sum(n * c.comm_total_s.get(k, 0.0) for n, c in zip(mbs, row, strict=True)) for k in kinds}
-    comm_total["pp"] = plan.sends_per_rank[critical] * costs.p2p_s
-    comm_total["dp"] = sum(c.dp_grad_reduce_s + c.dp_param_gather_s for c in row)
+    # pp, dp and fsdp are exposed where the critical path waits on them, and that path crosses every rank (the fill
+    # waits on each stage's send in turn; the data-parallel tail is the last rank to finish's; a forward waits on
+    # another rank's gather), so their totals are the whole pipeline's: each exposed wait lies inside one rank's
+    # stream of those transfers, and the waits lie apart in time. The critical rank's own sends alone made the
+    # exposed pp twice the total with one micro-batch on pp=2 (issue 34).
+    comm_total["pp"] = sum(plan.sends_per_rank) * costs.p2p_s  # PIPELINE_WIDE_COMM
+    comm_total["dp"] = sum(c.dp_grad_reduce_s + c.dp_param_gather_s for chunks in costs.chunks for c in chunks)
     comm_total["fsdp"] = sum(
-        n * (2 * c.fsdp_gather_s + c.fsdp_refetch_s + c.fsdp_reduce_scatter_s) for n, c in zip(mbs, row, strict=True)
+        n * (2 * c.fsdp_gather_s + c.fsdp_refetch_s + c.fsdp_reduce_scatter_s)
+        for rank, chunks in enumerate(costs.chunks)
+        for n, c in zip(plan.microbatches_per_chunk[rank], chunks, strict=True)
     )
     comm_exposed = dict(exposed_intra)
     comm_exposed["pp"] = pp_exposed
