@@ -69,27 +69,38 @@ def setting_problems(train: TrainingSpec) -> list[str]:
 
 
 MAX_MODEL_STAGES = 4096
-"""Most model stages pp x vpp accepted: the graph, the memory model and the simulator build each stage (the largest
-published runs use pp x vpp of a few hundred)."""
+"""Most pipeline chunks (pp x model chunks per rank: vpp, or two for zb-v, DualPipe and DualPipeV) accepted: the
+graph, the memory model and the simulator build each one. Published runs use a few hundred at most (pp 64 for the
+1T-parameter GPT of Narayanan et al. SC21, Table 1), so 4096 leaves room for any real layout."""
 MAX_PIPELINE_WORK = 2**20
-"""Most micro-batches x model stages accepted (1 M): the simulator and the memory model work per micro-batch and
-stage (gbs 1e7 on 8 GPUs took 5 GB, issue 34); published Megatron runs stay below a few hundred thousand (e.g.
-4096 micro-batches x pp 16 x vpp 4 = 262,144)."""
+"""Most micro-batches x pipeline chunks accepted (1 M): the simulator and the memory model work per micro-batch and
+chunk (gbs 1e7 on 8 GPUs took 5 GB, issue 34; at this limit a projection takes about 10-15 s and 1.4 GB of memory,
+more with DualPipe's paired tasks); published Megatron runs stay below a few hundred thousand (e.g. 4096
+micro-batches x pp 16 x vpp 4 = 262,144)."""
+
+
+def _chunks_per_rank(train: TrainingSpec) -> int:
+    """Model chunks each pipeline rank plays: the schedule's (vpp for interleaved, 2 for the V and DualPipe
+    layouts), vpp for an unknown schedule (refused later, with its name)."""
+    spec = SCHEDULES.get(train.pipeline_schedule)
+    return spec.chunks_per_rank(train.vpp) if spec is not None else train.vpp
 
 
 def size_problems(train: TrainingSpec) -> list[str]:
-    """Sizes the tool works in proportion to, refused before the work (pp x vpp, micro-batches, layout)."""
+    """Sizes the tool works in proportion to, refused before the work (pipeline chunks, micro-batches, layout):
+    everything here is arithmetic on the spec's numbers, nothing built per stage or per micro-batch."""
     p: list[str] = []
-    stages = train.pp * train.vpp
+    chunks = _chunks_per_rank(train)
+    stages = train.pp * chunks
+    label = "pp*vpp" if chunks == train.vpp else f"pp*chunks per rank ({train.pipeline_schedule})"
     if stages > MAX_MODEL_STAGES:
-        p.append(
-            f"pp*vpp = {train.pp}*{train.vpp} = {stages} model stages is more than the {MAX_MODEL_STAGES} accepted"
-        )
-    elif train.data_parallel_size is not None and train.dp >= 1:
-        work = (train.gbs // (train.mbs * train.dp)) * stages
+        p.append(f"{label} = {train.pp}*{chunks} = {stages} model stages is more than the {MAX_MODEL_STAGES} accepted")
+    elif train.data_parallel_size is not None and train.dp >= 1 and train.mbs >= 1:
+        microbatches = train.gbs // (train.mbs * train.dp)
+        work = microbatches * stages
         if work > MAX_PIPELINE_WORK:
             p.append(
-                f"micro-batches x model stages = {train.gbs // (train.mbs * train.dp)} x {stages} = {work} is more "
+                f"micro-batches x model stages = {microbatches} x {stages} = {work} is more "
                 f"than the {MAX_PIPELINE_WORK} the simulator plays (lower gbs or raise mbs)"
             )
     if train.pipeline_layout is not None and any(n < 0 for n in train.pipeline_layout):
