@@ -45,7 +45,10 @@ def assert_bad(result, *fragments: str) -> list[str]:
         (["--gpus", "8", "--gbs", "8", "--ep", "2"], "needs an MoE model"),
         (["--gpus", "8", "--gbs", "8", "--moe-dispatcher", "deepep"], "unknown MoE token dispatcher 'deepep'"),
         (["--gpus", "8", "--gbs", "8", "--attention-backend", "sdpa"], "unknown attention backend 'sdpa'"),
-        (["--gpus", "8", "--gbs", "8", "--framework", "jaxformer"], "unknown framework 'jaxformer': no family matches it"),
+        (
+            ["--gpus", "8", "--gbs", "8", "--framework", "jaxformer"],
+            "unknown framework 'jaxformer': no family matches it",
+        ),
     ],
 )
 def test_layout_rules(extra: list[str], fragment: str) -> None:

@@ -17,7 +17,7 @@ def test_trace_structure_and_step_time(tmp_path: Path) -> None:
                                  "--distributed-optimizer", "--overlap-grad-reduce", "--json",
                                  "--trace", str(trace_path)])  # fmt: skip
     assert result.exit_code == 0, result.output
-    step = json.loads(result.output)["step_time_s"]
+    step = json.loads(result.stdout)["step_time_s"]  # the "wrote" line goes to stderr
     trace = json.loads(trace_path.read_text())
     events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}

@@ -101,14 +101,18 @@ def emit_plan(fmt: str, model: ModelSpec, system: SystemSpec, train: TrainingSpe
     return emit(fmt, model, system, train, strict=strict)
 
 
-def export_plan_chakra(model: ModelSpec, system: SystemSpec, train: TrainingSpec, folder: str) -> str:
-    """Write Chakra traces for a plan; returns a one-line summary."""
+def export_plan_chakra(
+    model: ModelSpec, system: SystemSpec, train: TrainingSpec, folder: str, max_mib: float | None = None
+) -> str:
+    """Write Chakra traces for a plan (refused over `max_mib`, default `report.trace.DEFAULT_MAX_MIB`); returns a
+    one-line summary with the size written."""
     from paraplan.formats.chakra import export_chakra
+    from paraplan.report.trace import DEFAULT_MAX_MIB, mib_text
 
-    result = export_chakra(model, system, train, folder)
+    result = export_chakra(model, system, train, folder, max_mib=DEFAULT_MAX_MIB if max_mib is None else max_mib)
     return (
-        f"wrote {len(result.paths)} Chakra traces ({sum(result.nodes_per_rank):,} nodes) and "
-        f"{result.comm_groups_path.name} to {folder}"
+        f"wrote {len(result.paths)} Chakra traces ({sum(result.nodes_per_rank):,} nodes, "
+        f"{mib_text(result.bytes_written)} MiB) and {result.comm_groups_path.name} to {folder}"
     )
 
 

@@ -35,6 +35,7 @@ def hybrid_command(
     as_json: bool,
     trace: str | None,
     has_profile: bool,
+    trace_max_mib: float | None = None,
 ) -> bool:
     """Run and print the hybrid projection; False (after a message on stderr) when it cannot run here."""
     fallback = "the fitted operator profiles" if has_profile else "the analytic model"
@@ -63,7 +64,7 @@ def hybrid_command(
         err_console.print(f"[yellow]hybrid:[/] {escape(first)}; projecting with {fallback} instead", highlight=False)
         return False
     if trace:
-        write_trace(result.projection, trace)
+        write_trace(result.projection, trace, trace_max_mib)
     if as_json:
         print(json.dumps(result.to_dict(), default=float))
         return True

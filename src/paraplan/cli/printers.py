@@ -6,7 +6,7 @@ import json
 
 from rich.table import Table
 
-from paraplan.cli.common import console
+from paraplan.cli.common import console, err_console
 from paraplan.errors import ConfigError
 from paraplan.memory.model import ALLOCATED_PARTS, DEVICE_PARTS, GIB, RESERVED_PARTS
 from paraplan.result import Projection
@@ -14,12 +14,17 @@ from paraplan.sim.summary import PIPELINE_WIDE_COMM
 from paraplan.validate.evidence import evidence_for
 
 
-def write_trace(result: Projection, path: str) -> None:
+def write_trace(result: Projection, path: str, max_mib: float | None = None) -> None:
+    """Write the step's Chrome trace, refused over `max_mib` (default `report.trace.DEFAULT_MAX_MIB`); says on
+    stderr what it wrote."""
     try:
-        from paraplan.report.trace import write_projection_trace
+        from paraplan.report.trace import DEFAULT_MAX_MIB, mib_text, write_projection_trace
     except ImportError:
         raise ConfigError("trace export is not available in this installation") from None
-    write_projection_trace(result, path)
+    events, nbytes = write_projection_trace(result, path, DEFAULT_MAX_MIB if max_mib is None else max_mib)
+    err_console.print(
+        f"wrote {path}: {events:,} events, {mib_text(nbytes)} MiB", markup=False, highlight=False, soft_wrap=True
+    )
 
 
 def fmt_s(seconds: float) -> str:

@@ -42,11 +42,12 @@ from paraplan.cli.spec_options import MODEL_OPTIONS, SYSTEM_OPTIONS, TRAINING_OP
 from paraplan.errors import ConfigError
 from paraplan.formats import EMIT_FORMATS, canonical_format
 from paraplan.projection import ProjectionOptions, project_specs
+from paraplan.report.trace import DEFAULT_MAX_MIB, check_trace_size, expected_trace_basis, expected_trace_bytes
 from paraplan.specs.frameworks import defaults_on, era_training_values, framework_family, parse_version
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import ALIASES, TrainingSpec
-from paraplan.specs.validate import resolve_dp
+from paraplan.specs.validate import check, resolve_dp
 
 Opt = typer.Option
 
@@ -165,6 +166,10 @@ def _projection_command(
     # --- output
     as_json: Annotated[bool, Opt("--json", help="print one JSON object")] = False,
     trace: Annotated[str | None, Opt("--trace", help="write a Chrome/Perfetto trace JSON")] = None,
+    trace_max_mib: Annotated[
+        float,
+        Opt("--trace-max-mib", help="refuse a --trace or --chakra output estimated larger than this (MiB)"),
+    ] = DEFAULT_MAX_MIB,
     profile: ProfileOpt = None,
     analytic: AnalyticOpt = False,
     # --- configs in the frameworks' own formats (paraplan.formats)
@@ -192,6 +197,8 @@ def _projection_command(
     hybrid_cache: Annotated[str | None, Opt("--hybrid-cache", help="SQLite cache of hybrid measurements")] = None,
 ) -> None:
     """Project step time, throughput, MFU, the time breakdown and memory per GPU."""
+    if not trace_max_mib > 0:  # NaN too
+        raise ConfigError(f"--trace-max-mib must be > 0 (got {trace_max_mib})")
     check_outputs({"--trace": trace, "--emit-file": emit_file}, {"--chakra": chakra})
     if emit_format:
         canonical_format(emit_format, EMIT_FORMATS)  # an unknown format is refused before anything is printed
@@ -214,16 +221,21 @@ def _projection_command(
         train = train.with_values(pipeline_schedule=megatron_schedule(vpp).name)  # as Megatron-LM picks it
     train = _default_global_batch(train, system, given=gbs is not None)
     fitted = fitted_profile(profile, system.gpu.name, analytic)
+    if trace:  # a size the spec alone shows too large is refused before the simulation records it
+        checked = check(model_spec, system, train)
+        basis = expected_trace_basis(checked)
+        check_trace_size(expected_trace_bytes(checked), trace_max_mib, "the trace", basis)
     if hybrid and ctx.info_name == "project":
         from paraplan.cli.hybrid import hybrid_command
 
         kw = dict(device=device, cache_path=hybrid_cache, as_json=as_json, trace=trace, has_profile=fitted is not None)
+        kw.update(trace_max_mib=trace_max_mib)
         if hybrid_command(model_spec, system, train, **kw):
             return
     record = bool(trace or html or png)
     result = project_specs(model_spec, system, train, ProjectionOptions(profile=fitted, record_events=record))
     if trace:
-        write_trace(result, trace)
+        write_trace(result, trace, trace_max_mib)
     if ctx.info_name == "memory":
         print_memory(result, as_json)
     else:
@@ -235,7 +247,8 @@ def _projection_command(
         else:
             (err_console if as_json else console).print(text, markup=False, highlight=False, soft_wrap=True, end="")
     if chakra:
-        err_console.print(export_plan_chakra(result.model, result.system, result.train, chakra), highlight=False)
+        summary = export_plan_chakra(result.model, result.system, result.train, chakra, trace_max_mib)
+        err_console.print(summary, highlight=False, markup=False, soft_wrap=True)
     reports.write("project_report", html, png, result)
 
 

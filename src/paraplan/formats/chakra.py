@@ -45,6 +45,7 @@ from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind, Phase
 from paraplan.graph.partition import chunks_per_rank, model_stage_ranks, virtual_stages
 from paraplan.memory.activations import FULL_INNER, layer_modes, recomputed_ops
 from paraplan.projection import group_placements
+from paraplan.report.trace import mib_text
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.schedule import SCHEDULES, Layout
 from paraplan.specs.schedule import schedule as schedule_named
@@ -178,9 +179,14 @@ def _micros(seconds: float) -> int:
     return max(1, round(seconds * 1e6))
 
 
+class _ProgramTooLarge(Exception):
+    """A rank's program passed its node budget (`export_chakra`'s size limit) while being built."""
+
+
 class _Program:
-    def __init__(self, costs: _Costs) -> None:
+    def __init__(self, costs: _Costs, max_nodes: int | None = None) -> None:
         self.costs = costs
+        self.max_nodes = max_nodes
         self.slots: list[Slot] = []
         self.last: int | None = None
         train = costs.train
@@ -200,6 +206,8 @@ class _Program:
     ) -> int:
         """Append a node; `chain` nodes also wait for, and become, the last node of the compute stream."""
         node.id = len(self.slots)
+        if self.max_nodes is not None and node.id >= self.max_nodes:
+            raise _ProgramTooLarge
         node.data_deps = sorted({*deps, *([self.last] if chain and self.last is not None else [])})
         self.slots.append(Slot(node, group, peer_stage))
         if chain:
@@ -315,9 +323,15 @@ def _tag(mb: int, stage: int, backward: bool, stages: int) -> int:
 
 
 def rank_program(
-    model: ModelSpec, system: SystemSpec, train: TrainingSpec, pp_rank: int, cal: Calibration
+    model: ModelSpec,
+    system: SystemSpec,
+    train: TrainingSpec,
+    pp_rank: int,
+    cal: Calibration,
+    max_nodes: int | None = None,
 ) -> list[Slot]:
-    """The program of every rank of pipeline stage `pp_rank` (the same up to group ids and peers)."""
+    """The program of every rank of pipeline stage `pp_rank` (the same up to group ids and peers); `max_nodes`:
+    stop building (`_ProgramTooLarge`) once it has that many."""
     costs = _Costs(system, cal, train)
     shard = L.Shard.of(train)
     chunks = chunks_per_rank(train)
@@ -332,7 +346,7 @@ def rank_program(
     p2p_micros = _micros(costs.collective_s(CommKind.SEND_RECV, p2p_bytes, "pp"))
     items = schedule_items(train.pipeline_schedule, train.pp, pp_rank, train.num_microbatches, chunks)
     last_backward = {c: max(i for i, (k, _, c2) in enumerate(items) if k == "B" and c2 == c) for c in range(chunks)}
-    program = _Program(costs)
+    program = _Program(costs, max_nodes)
     grad_bytes, param_bytes = train.grad_reduce_bytes, train.param_gather_bytes
     dp_ends: list[int] = []
     for index, (kind, mb, chunk) in enumerate(items):
@@ -433,6 +447,59 @@ class ChakraExport:
     paths: tuple[Path, ...]
     comm_groups_path: Path
     nodes_per_rank: tuple[int, ...]
+    bytes_written: int = 0
+    """The traces' bytes, `comm_group.json` aside."""
+
+
+MIB = 2**20
+MIN_NODE_BYTES = 24
+"""Fewest bytes a node takes in a trace (length prefix, id, a short name, type, one dependency, a duration and the
+`is_cpu_op` attribute; a compute node with its FLOPs and bytes takes 60-100): what a program's nodes are counted at
+while it is built, so the size limit stops the building before a program's memory does."""
+PEER_ATTR_BYTES = 24
+"""Bytes `_finish` adds at most to a communication node (a process group id, or the two ends of a send/recv)."""
+
+
+def _varint_len(n: int) -> int:
+    return max(1, (n.bit_length() + 6) // 7)
+
+
+def _programs_within(
+    model: ModelSpec,
+    system: SystemSpec,
+    train: TrainingSpec,
+    copies: dict[int, int],
+    cal_of: dict[int, Calibration],
+    max_bytes: float,
+) -> tuple[dict[int, tuple[list[Slot], list[bytes]]], int]:
+    """Each needed pipeline rank's program (`copies`: how many traces repeat it), encoded, and the traces' total
+    bytes; a ConfigError, before anything is written, once the total would pass `max_bytes` (counted at
+    `MIN_NODE_BYTES` a node while a program is built, then exactly)."""
+    programs: dict[int, tuple[list[Slot], list[bytes]]] = {}
+    total = 0
+    for pp_rank, n in sorted(copies.items()):
+        budget = max(0, int((max_bytes - total) / (n * MIN_NODE_BYTES)))
+        try:
+            slots = rank_program(model, system, train, pp_rank, cal_of[pp_rank], max_nodes=budget + 1)
+        except _ProgramTooLarge:
+            at_least = total + n * (budget + 1) * MIN_NODE_BYTES
+            raise ConfigError(
+                f"the Chakra traces would be at least {mib_text(at_least)} MiB (pipeline rank {pp_rank}'s program, "
+                f"written {n:,} times, passed {budget + 1:,} nodes), more than --trace-max-mib {max_bytes / MIB:g}: "
+                "raise the limit, or export fewer micro-batches (lower gbs)"
+            ) from None
+        encoded = [encode_node(slot.node) for slot in slots]
+        extra = sum(PEER_ATTR_BYTES for slot in slots if slot.group is not None or slot.peer_stage is not None)
+        size = sum(len(blob) + _varint_len(len(blob) + PEER_ATTR_BYTES) for blob in encoded) + extra
+        programs[pp_rank] = (slots, encoded)
+        total += n * size
+        if total > max_bytes:
+            raise ConfigError(
+                f"the Chakra traces would be at least {mib_text(total)} MiB (pipeline ranks up to {pp_rank} alone; "
+                f"{len(slots):,} nodes on rank {pp_rank}, written {n:,} times), more than --trace-max-mib "
+                f"{max_bytes / MIB:g}: raise the limit, or export fewer micro-batches (lower gbs)"
+            )
+    return programs, total
 
 
 def _finish(
@@ -464,8 +531,10 @@ def export_chakra(
     prefix: str = "paraplan",
     calibration: Calibration | None = None,
     ranks: tuple[int, ...] | None = None,
+    max_mib: float = 256.0,
 ) -> ChakraExport:
-    """Write `{prefix}.{rank}.et` for every rank (or the given ones) and `comm_group.json` into `out_dir`."""
+    """Write `{prefix}.{rank}.et` for every rank (or the given ones) and `comm_group.json` into `out_dir`; refused
+    (ConfigError, nothing written) when the traces would take more than `max_mib` MiB (`_programs_within`)."""
     train = check(model, system, train)
     if train.pipeline_schedule not in EXPORTED_SCHEDULES:
         raise ConfigError(
@@ -480,18 +549,19 @@ def export_chakra(
     bad = [r for r in wanted if not 0 <= r < grid.world]
     if bad:
         raise ConfigError(f"ranks {bad} are outside the world of {grid.world} GPUs")
+    copies: dict[int, int] = {}
+    for rank in wanted:
+        pp_rank = grid.coords(rank)[3]
+        copies[pp_rank] = copies.get(pp_rank, 0) + 1
+    cal_of = {r: cal if r == slowest else base for r in copies}
+    programs, _ = _programs_within(model, system, train, copies, cal_of, max_mib * MIB)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     order = model_stage_ranks(train)
     groups: dict[tuple[int, ...], int] = {}
-    programs: dict[int, tuple[list[Slot], list[bytes]]] = {}
     paths, counts = [], []
     for rank in wanted:
-        pp_rank = grid.coords(rank)[3]
-        if pp_rank not in programs:
-            slots = rank_program(model, system, train, pp_rank, cal if pp_rank == slowest else base)
-            programs[pp_rank] = (slots, [encode_node(s.node) for s in slots])
-        slots, cached = programs[pp_rank]
+        slots, cached = programs[grid.coords(rank)[3]]
         encoded = (
             blob if slot.group is None and slot.peer_stage is None else blob + _finish(slot, rank, grid, order, groups)
             for slot, blob in zip(slots, cached, strict=True)
@@ -510,4 +580,5 @@ def export_chakra(
         counts.append(len(slots))
     groups_path = out / "comm_group.json"
     groups_path.write_text(json.dumps({str(i): list(m) for m, i in groups.items()}, indent=1) + "\n")
-    return ChakraExport(tuple(paths), groups_path, tuple(counts))
+    written = sum(path.stat().st_size for path in paths)
+    return ChakraExport(tuple(paths), groups_path, tuple(counts), written)
