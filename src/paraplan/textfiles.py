@@ -17,7 +17,8 @@ from yaml.nodes import MappingNode, Node, SequenceNode
 
 from paraplan.errors import ConfigError
 
-MAX_FILE_BYTES = 64 * 2**20
+MIB = 2**20
+MAX_FILE_BYTES = 64 * MIB
 """Largest input file read (64 MiB): configs are kilobytes, measured CSVs and kernel profiles a few megabytes."""
 MAX_YAML_DEPTH = 64
 """Deepest nesting of YAML mappings/lists accepted (framework configs nest 3-5 levels)."""
@@ -25,6 +26,12 @@ MAX_YAML_EXPANDED_NODES = 100_000
 """Most YAML nodes a document may expand to with its aliases followed (a Primus config is a few hundred)."""
 MAX_JSON_DEPTH = 64
 """Deepest nesting of JSON objects/arrays accepted (HF config.json nests 2-3 levels)."""
+
+
+def mib_text(nbytes: float) -> str:
+    """A file's bytes as MiB in a message: to a hundredth below 10 MiB (a small trace is not "0 MiB")."""
+    mib = nbytes / MIB
+    return f"{mib:,.2f}" if mib < 10 else f"{mib:,.0f}"
 
 
 def _label(path: Path, what: str) -> str:

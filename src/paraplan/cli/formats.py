@@ -107,7 +107,8 @@ def export_plan_chakra(
     """Write Chakra traces for a plan (refused over `max_mib`, default `report.trace.DEFAULT_MAX_MIB`); returns a
     one-line summary with the size written."""
     from paraplan.formats.chakra import export_chakra
-    from paraplan.report.trace import DEFAULT_MAX_MIB, mib_text
+    from paraplan.report.trace import DEFAULT_MAX_MIB
+    from paraplan.textfiles import mib_text
 
     result = export_chakra(model, system, train, folder, max_mib=DEFAULT_MAX_MIB if max_mib is None else max_mib)
     return (

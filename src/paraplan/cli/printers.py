@@ -18,7 +18,8 @@ def write_trace(result: Projection, path: str, max_mib: float | None = None) -> 
     """Write the step's Chrome trace, refused over `max_mib` (default `report.trace.DEFAULT_MAX_MIB`); says on
     stderr what it wrote."""
     try:
-        from paraplan.report.trace import DEFAULT_MAX_MIB, mib_text, write_projection_trace
+        from paraplan.report.trace import DEFAULT_MAX_MIB, write_projection_trace
+        from paraplan.textfiles import mib_text
     except ImportError:
         raise ConfigError("trace export is not available in this installation") from None
     events, nbytes = write_projection_trace(result, path, DEFAULT_MAX_MIB if max_mib is None else max_mib)

@@ -45,13 +45,13 @@ from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind, Phase
 from paraplan.graph.partition import chunks_per_rank, model_stage_ranks, virtual_stages
 from paraplan.memory.activations import FULL_INNER, layer_modes, recomputed_ops
 from paraplan.projection import group_placements
-from paraplan.report.trace import mib_text
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.schedule import SCHEDULES, Layout
 from paraplan.specs.schedule import schedule as schedule_named
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import check
+from paraplan.textfiles import MIB, mib_text
 
 COLL_TYPE = {
     CommKind.ALL_REDUCE: CollectiveCommType.ALL_REDUCE,
@@ -451,7 +451,6 @@ class ChakraExport:
     """The traces' bytes, `comm_group.json` aside."""
 
 
-MIB = 2**20
 MIN_NODE_BYTES = 24
 """Fewest bytes a node takes in a trace (length prefix, id, a short name, type, one dependency, a duration and the
 `is_cpu_op` attribute; a compute node with its FLOPs and bytes takes 60-100): what a program's nodes are counted at

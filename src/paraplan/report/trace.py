@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 from paraplan.errors import ConfigError
 from paraplan.sim.result import STREAMS, Event, SimResult
+from paraplan.textfiles import MIB, mib_text
 
 if TYPE_CHECKING:
     from paraplan.result import Projection
     from paraplan.specs.training import TrainingSpec
 
 _US_PER_S = 1e6
-MIB = 2**20
 DEFAULT_MAX_MIB = 256.0
 """Largest trace written unless asked for more (`--trace-max-mib`): Perfetto's browser UI loads traces of a few
 hundred MB at most, and chrome://tracing less; a real layout's step (pp 8, 64 micro-batches) is a few MB."""
@@ -52,12 +52,6 @@ def expected_trace_basis(train: TrainingSpec) -> str:
     """What `expected_trace_bytes` counted, in words."""
     tasks, sends = _expected_events(train)
     return f"{tasks:,} forward and backward tasks, {sends:,} pipeline sends, {EVENT_BYTES} bytes an event"
-
-
-def mib_text(nbytes: float) -> str:
-    """Bytes as MiB, to a tenth below 10 MiB (a small trace is not "0 MiB")."""
-    mib = nbytes / MIB
-    return f"{mib:,.2f}" if mib < 10 else f"{mib:,.0f}"
 
 
 def check_trace_size(nbytes: float, limit_mib: float, what: str, basis: str, *, at_least: bool = False) -> None:
