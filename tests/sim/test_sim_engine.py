@@ -194,8 +194,8 @@ def test_grad_reduce_overlap(schedule: str, pp: int, m: int) -> None:
     hidden = run(schedule, pp, m, chunk, vpp=2, overlap_grad_reduce=True)
     exposed = run(schedule, pp, m, chunk, vpp=2, overlap_grad_reduce=False)
     n_chunks = SCHEDULES[schedule].chunks_per_rank(2)
-    assert exposed.comm_total_s["dp"] == 3.0 * n_chunks
-    assert exposed.comm_exposed_s["dp"] == exposed.comm_total_s["dp"]
+    assert exposed.comm_total_s["dp"] == 3.0 * n_chunks * pp  # every pipeline rank's reduction (`PIPELINE_WIDE_COMM`)
+    assert exposed.comm_exposed_s["dp"] == 3.0 * n_chunks  # not overlapped: the last rank's, all of it
     assert hidden.comm_exposed_s["dp"] < hidden.comm_total_s["dp"]
     assert hidden.step_time_s < exposed.step_time_s
     assert hidden.pipeline_time_s == exposed.pipeline_time_s
@@ -273,7 +273,9 @@ def test_p2p_and_critical_path() -> None:
         assert res.pipeline_time_s == pytest.approx((m + pp - 1) * 3.0 + exposed)
         assert exposed >= 2 * (pp - 1) * 0.25  # at least the fill and the drain cross every link
         assert res.breakdown_s["pipeline_bubble"] == pytest.approx((pp - 1) * 3.0)
-        assert res.comm_total_s["pp"] == m * 0.25  # the critical rank 0 sends one activation per micro-batch
+        # every rank's sends: each micro-batch's activation and gradient cross each of the pp - 1 links
+        assert res.comm_total_s["pp"] == pytest.approx(2 * m * (pp - 1) * 0.25)
+        assert exposed <= res.comm_total_s["pp"]
     assert run("1f1b", 2, 2, uniform_chunk(1.0, 2.0), p2p_s=0.25).pipeline_time_s == 9.5  # worked by hand
 
 
