@@ -11,7 +11,7 @@ from paraplan.specs.system import GpuSpec, SystemSpec
 from paraplan.specs.training import TrainingSpec
 
 NOT_SPEC_SETTINGS = {
-    "ctx", "model", "gpu", "gpus", "config_file", "system_file", "as_json", "trace", "profile", "analytic",
+    "ctx", "model", "gpu", "gpus", "config_file", "system_file", "as_json", "trace", "trace_max_mib", "profile", "analytic",
     "megatron_args", "from_config", "config_format", "emit_format", "emit_file", "chakra", "html", "png", "hybrid",
     "device", "hybrid_cache", "framework_version",
 }  # fmt: skip
