@@ -101,6 +101,11 @@ def runs(draw: st.DrawFn) -> Run:
         tp_comm_overlap=sp and draw(st.booleans()),
         moe_ep_overlap=model.is_moe and draw(st.booleans()),
         framework=draw(st.sampled_from(FRAMEWORKS)),
+        moe_token_dispatcher_type=draw(st.sampled_from(("alltoall", "flex"))) if model.is_moe else "alltoall",
+        attention_backend=draw(st.sampled_from(("flash", "flash", "unfused"))),
+        kernel_fusion=draw(st.booleans()),
+        cross_entropy_fusion=draw(st.booleans()),
+        tp_async_backward=draw(st.booleans()),
         pipeline_layout=_even_layout(model.num_layers, stages) if uneven and stages <= model.num_layers else None,
     )
     system = system_preset(gpu, tp * pp * cp * dp)
