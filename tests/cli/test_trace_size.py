@@ -12,8 +12,11 @@ from typer.testing import CliRunner
 from paraplan.api import project
 from paraplan.cli.main import app
 from paraplan.errors import ConfigError
+from paraplan.formats.chakra import export_chakra
 from paraplan.projection import ProjectionOptions
 from paraplan.report.trace import MIB, expected_trace_bytes, write_projection_trace
+from paraplan.specs.presets import model_preset, system_preset
+from paraplan.specs.training import TrainingSpec
 
 runner = CliRunner()
 PLAN = ["project", "--model", "llama3.1-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--tp", "8", "--pp", "8",
@@ -97,6 +100,40 @@ def test_chakra_refused_before_anything_is_written(tmp_path: Path) -> None:
     folder = tmp_path / "et"
     args = ["project", "--model", "llama3.1-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "4", "--pp", "2", "--tp", "2",
             "--sp", "--gbs", "64", "--num-layers", "4", "--chakra", str(folder), "--trace-max-mib", "0.05"]  # fmt: skip
-    out = refused(args, "the Chakra traces would be at least")
-    assert "more than --trace-max-mib 0.05" in out
+    out = refused(args, "the Chakra traces would be about")
+    assert "programs at 1 micro-batch scaled to 64" in out and "more than --trace-max-mib 0.05" in out
+    assert "step time" not in out  # refused before the projection is printed
     assert not folder.exists() or not any(folder.iterdir())
+
+
+def test_chakra_refused_from_one_micro_batch_of_programs(tmp_path: Path, monkeypatch) -> None:
+    """4096 micro-batches on one GPU (301 MiB, 5 M nodes, minutes and gigabytes to build): refused from the program
+    of one micro-batch, scaled."""
+    import paraplan.formats.chakra as chakra
+
+    built: list[int] = []
+    real = chakra.rank_program
+
+    def rank_program(model, system, train, *args, **kw):  # noqa: ANN001, ANN202
+        built.append(train.num_microbatches)
+        return real(model, system, train, *args, **kw)
+
+    monkeypatch.setattr(chakra, "rank_program", rank_program)
+    args = ["project", "--model", "llama3.1-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "1", "--gbs", "4096",
+            "--chakra", str(tmp_path / "et")]  # fmt: skip
+    refused(args, "programs at 1 micro-batch scaled to 4,096, 1 traces), more than --trace-max-mib 256")
+    assert built == [1]
+
+
+def test_chakra_estimate_is_within_a_few_percent(tmp_path: Path) -> None:
+    model = model_preset("llama3.1-8b").with_overrides(num_layers=8)
+    system = system_preset("h100-sxm5-80gb", 4)
+    for values in ({"pp": 2, "tp": 2, "sp": True, "gbs": 16},
+                   {"pp": 2, "vpp": 2, "pipeline_schedule": "interleaved", "tp": 2, "sp": True, "gbs": 16}):  # fmt: skip
+        train = TrainingSpec().with_values(**values)
+        written = export_chakra(model, system, train, tmp_path / "a").bytes_written
+        with pytest.raises(ConfigError, match="would be about") as refusal:
+            export_chakra(model, system, train, tmp_path / "b", max_mib=written * 0.9 / MIB)
+        estimate_mib = float(re.search(r"about ([\d.]+) MiB", str(refusal.value)).group(1))
+        assert estimate_mib == pytest.approx(written / MIB, rel=0.05)
+        export_chakra(model, system, train, tmp_path / "c", max_mib=written * 1.1 / MIB)

@@ -225,6 +225,10 @@ def _projection_command(
         checked = check(model_spec, system, train)
         basis = expected_trace_basis(checked)
         check_trace_size(expected_trace_bytes(checked), trace_max_mib, "the trace", basis)
+    if chakra:  # as --trace: refused before the projection prints anything
+        from paraplan.formats.chakra import check_chakra_size
+
+        check_chakra_size(model_spec, system, train, trace_max_mib)
     if hybrid and ctx.info_name == "project":
         from paraplan.cli.hybrid import hybrid_command
 

@@ -20,7 +20,7 @@ in 1F1B order.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from paraplan.cost.block import refetched_params, weight_params
@@ -463,6 +463,55 @@ def _varint_len(n: int) -> int:
     return max(1, (n.bit_length() + 6) // 7)
 
 
+def _program_bytes(slots: list[Slot], encoded: list[bytes]) -> int:
+    """A program's bytes in a trace: each node length-prefixed, with what `_finish` adds to a communication node."""
+    extra = sum(PEER_ATTR_BYTES for slot in slots if slot.group is not None or slot.peer_stage is not None)
+    return sum(len(blob) + _varint_len(len(blob) + PEER_ATTR_BYTES) for blob in encoded) + extra
+
+
+def _check_scaled_estimate(
+    model: ModelSpec,
+    system: SystemSpec,
+    train: TrainingSpec,
+    copies: dict[int, int],
+    cal_of: dict[int, Calibration],
+    max_bytes: float,
+) -> None:
+    """Refuse, before the programs are built, traces whose size the fewest micro-batches a schedule plays already
+    show over `max_bytes`: a program is a constant part (the optimizer, the gradient reduction) and the same nodes
+    again for every micro-batch, so its bytes at m micro-batches are at most m / m_small times those at m_small (the
+    pipeline ranks that hold the same stages built once)."""
+    m = train.num_microbatches
+    chunks = chunks_per_rank(train)
+    m_small = train.pp if chunks > 1 else 1  # interleaved: each chunk's backward needs a full group of pp
+    if m_small >= m:
+        return
+    small = replace(train, global_batch_size=train.mbs * train.dp * m_small)
+    stages = virtual_stages(model, train)
+    order = model_stage_ranks(train)
+
+    def held(pp_rank: int) -> tuple:
+        own = [stages[v] for v, (r, _) in enumerate(order) if r == pp_rank]
+        kinds = [tuple(K.decoder_kind_of(model, s.first_layer + i).name for i in range(s.num_layers)) for s in own]
+        return tuple((s.has_embedding, s.has_head, k) for s, k in zip(own, kinds, strict=True))
+
+    sizes: dict[tuple, int] = {}
+    total = 0.0
+    for pp_rank, n in sorted(copies.items()):
+        key = held(pp_rank)
+        if key not in sizes:
+            slots = rank_program(model, system, small, pp_rank, cal_of[pp_rank])
+            sizes[key] = _program_bytes(slots, [encode_node(slot.node) for slot in slots])
+        total += n * sizes[key] * m / m_small
+    if total > max_bytes:
+        raise ConfigError(
+            f"the Chakra traces would be about {mib_text(total)} MiB ({len(copies)} pipeline ranks' programs at "
+            f"{m_small} micro-batch{'es' if m_small > 1 else ''} scaled to {m:,}, {sum(copies.values()):,} traces), "
+            f"more than --trace-max-mib {max_bytes / MIB:g}: raise the limit, or export fewer micro-batches "
+            "(lower gbs)"
+        )
+
+
 def _programs_within(
     model: ModelSpec,
     system: SystemSpec,
@@ -474,6 +523,7 @@ def _programs_within(
     """Each needed pipeline rank's program (`copies`: how many traces repeat it), encoded, and the traces' total
     bytes; a ConfigError, before anything is written, once the total would pass `max_bytes` (counted at
     `MIN_NODE_BYTES` a node while a program is built, then exactly)."""
+    _check_scaled_estimate(model, system, train, copies, cal_of, max_bytes)
     programs: dict[int, tuple[list[Slot], list[bytes]]] = {}
     total = 0
     for pp_rank, n in sorted(copies.items()):
@@ -488,8 +538,7 @@ def _programs_within(
                 "raise the limit, or export fewer micro-batches (lower gbs)"
             ) from None
         encoded = [encode_node(slot.node) for slot in slots]
-        extra = sum(PEER_ATTR_BYTES for slot in slots if slot.group is not None or slot.peer_stage is not None)
-        size = sum(len(blob) + _varint_len(len(blob) + PEER_ATTR_BYTES) for blob in encoded) + extra
+        size = _program_bytes(slots, encoded)
         programs[pp_rank] = (slots, encoded)
         total += n * size
         if total > max_bytes:
@@ -521,19 +570,15 @@ def _finish(
     return b"".join(attr_field(a) for a in extra)
 
 
-def export_chakra(
+def _export_plan(
     model: ModelSpec,
     system: SystemSpec,
     train: TrainingSpec,
-    out_dir: str | Path,
-    *,
-    prefix: str = "paraplan",
-    calibration: Calibration | None = None,
-    ranks: tuple[int, ...] | None = None,
-    max_mib: float = 256.0,
-) -> ChakraExport:
-    """Write `{prefix}.{rank}.et` for every rank (or the given ones) and `comm_group.json` into `out_dir`; refused
-    (ConfigError, nothing written) when the traces would take more than `max_mib` MiB (`_programs_within`)."""
+    calibration: Calibration | None,
+    ranks: tuple[int, ...] | None,
+) -> tuple[TrainingSpec, RankGrid, tuple[int, ...], dict[int, int], dict[int, Calibration]]:
+    """(checked training spec, rank grid, the ranks to write, how many of them each pipeline rank's program
+    makes, the calibration each pipeline rank runs at)."""
     train = check(model, system, train)
     if train.pipeline_schedule not in EXPORTED_SCHEDULES:
         raise ConfigError(
@@ -552,7 +597,31 @@ def export_chakra(
     for rank in wanted:
         pp_rank = grid.coords(rank)[3]
         copies[pp_rank] = copies.get(pp_rank, 0) + 1
-    cal_of = {r: cal if r == slowest else base for r in copies}
+    return train, grid, wanted, copies, {r: cal if r == slowest else base for r in copies}
+
+
+def check_chakra_size(model: ModelSpec, system: SystemSpec, train: TrainingSpec, max_mib: float = 256.0) -> None:
+    """Refuse (ConfigError) a layout whose traces the fewest micro-batches already show over `max_mib`, or that
+    cannot be exported: what `export_chakra` checks first, without building the full programs (a caller that
+    does other work before exporting asks this first)."""
+    train, _, _, copies, cal_of = _export_plan(model, system, train, None, None)
+    _check_scaled_estimate(model, system, train, copies, cal_of, max_mib * MIB)
+
+
+def export_chakra(
+    model: ModelSpec,
+    system: SystemSpec,
+    train: TrainingSpec,
+    out_dir: str | Path,
+    *,
+    prefix: str = "paraplan",
+    calibration: Calibration | None = None,
+    ranks: tuple[int, ...] | None = None,
+    max_mib: float = 256.0,
+) -> ChakraExport:
+    """Write `{prefix}.{rank}.et` for every rank (or the given ones) and `comm_group.json` into `out_dir`; refused
+    (ConfigError, nothing written) when the traces would take more than `max_mib` MiB (`_programs_within`)."""
+    train, grid, wanted, copies, cal_of = _export_plan(model, system, train, calibration, ranks)
     programs, _ = _programs_within(model, system, train, copies, cal_of, max_mib * MIB)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
