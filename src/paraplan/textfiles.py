@@ -20,6 +20,10 @@ from paraplan.errors import ConfigError
 MIB = 2**20
 MAX_FILE_BYTES = 64 * MIB
 """Largest input file read (64 MiB): configs are kilobytes, measured CSVs and kernel profiles a few megabytes."""
+OUTPUT_MAX_MIB = 256.0
+"""Largest trace (`--trace`, `--chakra`) written unless asked for more (`--trace-max-mib`): about 1.7 M trace
+events, hundreds of times a real layout's step (pp 8 with 64 micro-batches: a few MiB), and already slow for a
+browser trace viewer (Perfetto, chrome://tracing) to load."""
 MAX_YAML_DEPTH = 64
 """Deepest nesting of YAML mappings/lists accepted (framework configs nest 3-5 levels)."""
 MAX_YAML_EXPANDED_NODES = 100_000

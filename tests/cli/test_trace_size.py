@@ -137,3 +137,20 @@ def test_chakra_estimate_is_within_a_few_percent(tmp_path: Path) -> None:
         estimate_mib = float(re.search(r"about ([\d.]+) MiB", str(refusal.value)).group(1))
         assert estimate_mib == pytest.approx(written / MIB, rel=0.05)
         export_chakra(model, system, train, tmp_path / "c", max_mib=written * 1.1 / MIB)
+
+
+def test_convert_to_chakra_takes_the_limit_too(tmp_path: Path) -> None:
+    source = tmp_path / "small.sh"
+    source.write_text(
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 4 --hidden-size 512 --num-attention-heads 8 \\\n"
+        "  --vocab-size 32000 --swiglu --normalization RMSNorm --position-embedding-type rope --bf16 \\\n"
+        "  --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel \\\n"
+        "  --micro-batch-size 1 --global-batch-size 64 --seq-length 1024 --use-distributed-optimizer\n"
+    )
+    out = tmp_path / "et"
+    args = ["convert", "--input", str(source), "--to", "chakra", "-o", str(out), "--gpu", "h100-sxm5-80gb"]
+    refused([*args, "--trace-max-mib", "0.05"], "the Chakra traces would be about")
+    assert not out.exists()
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert re.search(r"wrote 8 Chakra traces \([\d,]+ nodes, [\d.]+ MiB\)", result.output), result.output

@@ -20,7 +20,7 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import check
-from paraplan.textfiles import read_text_file
+from paraplan.textfiles import OUTPUT_MAX_MIB, read_text_file
 
 Opt = typer.Option
 TARGETS = (*EMIT_FORMATS, "chakra")
@@ -138,9 +138,14 @@ def _convert(
     gpu: Annotated[str | None, Opt("--gpu", "-g", help="GPU preset (for checks and Chakra durations)")] = None,
     gpus: Annotated[int | None, Opt("--gpus", "-n", help="GPU count, when the input does not state it")] = None,
     strict: Annotated[bool, Opt("--strict", help="fail when the target format cannot express a setting")] = False,
+    trace_max_mib: Annotated[
+        float, Opt("--trace-max-mib", help="--to chakra: refuse traces estimated larger than this (MiB)")
+    ] = OUTPUT_MAX_MIB,
 ) -> None:
     """Convert a training config between Megatron-LM, Primus, torchtitan, NeMo and HuggingFace, or export
     its training step as Chakra execution traces for ASTRA-sim."""
+    if not trace_max_mib > 0:  # NaN too
+        raise ConfigError(f"--trace-max-mib must be > 0 (got {trace_max_mib})")
     target = "chakra" if target.lower() == "chakra" else canonical_format(target, EMIT_FORMATS)
     if source_format:
         source_format = canonical_format(source_format)
@@ -165,7 +170,8 @@ def _convert(
             raise ConfigError("--to chakra needs --output FOLDER")
         if gpu is None:
             err_console.print(f"[yellow]note:[/] no --gpu: durations are for {system.gpu.name}", highlight=False)
-        err_console.print(export_plan_chakra(spec, system, train, output), highlight=False)
+        summary = export_plan_chakra(spec, system, train, output, trace_max_mib)
+        err_console.print(summary, highlight=False, markup=False, soft_wrap=True)
         return
     text = emit(target, spec, system, train, strict=strict)
     if output:

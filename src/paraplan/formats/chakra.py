@@ -51,7 +51,7 @@ from paraplan.specs.schedule import schedule as schedule_named
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import check
-from paraplan.textfiles import MIB, mib_text
+from paraplan.textfiles import MIB, OUTPUT_MAX_MIB, mib_text
 
 COLL_TYPE = {
     CommKind.ALL_REDUCE: CollectiveCommType.ALL_REDUCE,
@@ -600,7 +600,9 @@ def _export_plan(
     return train, grid, wanted, copies, {r: cal if r == slowest else base for r in copies}
 
 
-def check_chakra_size(model: ModelSpec, system: SystemSpec, train: TrainingSpec, max_mib: float = 256.0) -> None:
+def check_chakra_size(
+    model: ModelSpec, system: SystemSpec, train: TrainingSpec, max_mib: float = OUTPUT_MAX_MIB
+) -> None:
     """Refuse (ConfigError) a layout whose traces the fewest micro-batches already show over `max_mib`, or that
     cannot be exported: what `export_chakra` checks first, without building the full programs (a caller that
     does other work before exporting asks this first)."""
@@ -617,7 +619,7 @@ def export_chakra(
     prefix: str = "paraplan",
     calibration: Calibration | None = None,
     ranks: tuple[int, ...] | None = None,
-    max_mib: float = 256.0,
+    max_mib: float = OUTPUT_MAX_MIB,
 ) -> ChakraExport:
     """Write `{prefix}.{rank}.et` for every rank (or the given ones) and `comm_group.json` into `out_dir`; refused
     (ConfigError, nothing written) when the traces would take more than `max_mib` MiB (`_programs_within`)."""

@@ -16,15 +16,13 @@ from typing import TYPE_CHECKING
 from paraplan.errors import ConfigError
 from paraplan.sim.result import STREAMS, Event, SimResult
 from paraplan.textfiles import MIB, mib_text
+from paraplan.textfiles import OUTPUT_MAX_MIB as DEFAULT_MAX_MIB
 
 if TYPE_CHECKING:
     from paraplan.result import Projection
     from paraplan.specs.training import TrainingSpec
 
 _US_PER_S = 1e6
-DEFAULT_MAX_MIB = 256.0
-"""Largest trace written unless asked for more (`--trace-max-mib`): Perfetto's browser UI loads traces of a few
-hundred MB at most, and chrome://tracing less; a real layout's step (pp 8, 64 micro-batches) is a few MB."""
 EVENT_BYTES = 150
 """JSON bytes of one complete event as `chrome_trace` writes it (measured: 150-190, the name and the two times
 most of it), for the estimate made before simulating."""
