@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.table import Table
 
 from paraplan.cli.common import console, handle_errors
+from paraplan.cli.tables import Kind, print_whole_table
 from paraplan.errors import ConfigError
 from paraplan.specs.frameworks import parse_version
 from paraplan.validate.measured import read_rows
@@ -18,7 +18,9 @@ from paraplan.validate.sources import GENERALIZATION_SPLITS
 
 def calibrate(
     data: Annotated[str, typer.Option("--data", help="CSV of measured runs (columns of public.csv)")],
-    out: Annotated[str | None, typer.Option("--out", help="write the fitted constants (calibration.yaml)")] = None,
+    out: Annotated[
+        str | None, typer.Option("--out", help="write the fitted constants (calibration.yaml) (default: print them)")
+    ] = None,
     max_evaluations: Annotated[int, typer.Option("--max-evaluations", help="objective evaluations per fit")] = 400,
     no_cv: Annotated[bool, typer.Option("--no-cv", help="fit once on all sources; skip the held-out fits")] = False,
     workers: Annotated[int, typer.Option("--workers", help="processes for the held-out fits")] = 1,
@@ -31,7 +33,8 @@ def calibrate(
         ),
     ] = "gpu_generation,framework,forward",
     forward_from: Annotated[
-        str | None, typer.Option("--forward-from", help="the forward split's first release (YYYY-MM or YY.MM)")
+        str | None,
+        typer.Option("--forward-from", help="the forward split's first release (YYYY-MM or YY.MM) (default: 2026-01)"),
     ] = None,
 ) -> None:
     """Fit GEMM/attention efficiency per GPU family and host/step overheads per framework; print the
@@ -75,26 +78,30 @@ def calibrate(
         cv = leave_one_source_out(rows, max_evaluations, workers)
         scores = generalization_splits(rows, chosen, max_evaluations, workers, day or FORWARD_FROM)
         table = provenance_table(cv, Path(data).name, scores)
-        grid = Table(title="calibration: error per source")
-        grid.add_column("source")
-        grid.add_column("fitted MAPE %", justify="right")
-        grid.add_column("held-out MAPE %", justify="right")
-        for source in sorted(cv.held_out):
-            grid.add_row(source, f"{cv.fitted.get(source, float('nan')):.1f}", f"{cv.held_out[source]:.1f}")
-        grid.add_row("[bold]source-balanced[/]", f"{cv.fitted_mape_pct:.1f}", f"{cv.held_out_mape_pct:.1f}")
-        console.print(grid)
+        per_source = [
+            (source, f"{cv.fitted.get(source, float('nan')):.1f}", f"{cv.held_out[source]:.1f}")
+            for source in sorted(cv.held_out)
+        ]
+        per_source.append(("[bold]source-balanced[/]", f"{cv.fitted_mape_pct:.1f}", f"{cv.held_out_mape_pct:.1f}"))
+        columns: list[tuple[str, Kind]] = [("source", "name"), ("fitted MAPE %", "number")]
+        columns.append(("held-out MAPE %", "number"))
+        print_whole_table(console, "calibration: error per source", columns, per_source)
         for source, mape in sorted(cv.report_only.items()):
             console.print(f"not fitted (report-only), {source}: step-time MAPE {mape:.1f}%")
         for source, mape in sorted(cv.memory.items()):
             console.print(f"not fitted (memory_gib), {source}: memory MAPE {mape:.1f}%")
         for split, result in scores.items():
-            grid = Table(title=f"held out by {split}: source-balanced MAPE {result.mape_pct:.1f}%")
-            for col in ("held-out group", "MAPE %", "per source (MAPE %)"):
-                grid.add_column(col)
-            for group in sorted(result.held_out):
-                per = ", ".join(f"{s} {v['mape_pct']:.1f}" for s, v in sorted(result.held_out[group].items()))
-                grid.add_row(group, f"{result.group_mape_pct(group):.1f}", per)
-            console.print(grid)
+            groups = [
+                (
+                    group,
+                    f"{result.group_mape_pct(group):.1f}",
+                    ", ".join(f"{s} {v['mape_pct']:.1f}" for s, v in sorted(result.held_out[group].items())),
+                )
+                for group in sorted(result.held_out)
+            ]
+            title = f"held out by {split}: source-balanced MAPE {result.mape_pct:.1f}%"
+            kinds: list[tuple[str, Kind]] = [("held-out group", "name"), ("MAPE %", "number")]
+            print_whole_table(console, title, [*kinds, ("per source (MAPE %)", "text")], groups)
     text = yaml.safe_dump(table, sort_keys=True)
     if out:
         Path(out).write_text(text)

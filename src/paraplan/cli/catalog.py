@@ -6,9 +6,10 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from paraplan.cli.common import console
+from paraplan.cli.tables import Kind, print_whole_table
 from paraplan.specs.presets import gpu_names, model_names, model_preset, system_preset
 
 
@@ -22,25 +23,24 @@ def models(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
             )
         )
         return
-    table = Table(title="model presets")
-    for col in ("name", "layers", "hidden", "ffn", "heads", "kv", "head dim", "experts/top-k", "vocab", "source"):
-        table.add_column(col)
-    for m in specs:
-        moe = f"{m.num_experts}/{m.moe_router_topk}" if m.is_moe else "-"
-        kv = "MLA" if m.is_mla else str(m.kv_groups)
-        table.add_row(
+    columns: list[tuple[str, Kind]] = [("name", "name")]
+    columns += [(c, "number") for c in ("layers", "hidden", "ffn", "heads", "kv", "head", "experts", "vocab")]
+    rows = [
+        (
             m.name,
             str(m.num_layers),
             str(m.hidden_size),
             str(m.ffn_hidden_size),
             str(m.num_attention_heads),
-            kv,
+            "MLA" if m.is_mla else str(m.kv_groups),
             str(m.qk_head_dim),
-            moe,
+            f"{m.num_experts}/{m.moe_router_topk}" if m.is_moe else "-",
             str(m.vocab_size),
-            m.source,
         )
-    console.print(table)
+        for m in specs
+    ]
+    print_whole_table(console, "model presets (kv: query groups; head: head dim; experts: count/top-k)", columns, rows)
+    _print_sources([(m.name, m.source) for m in specs])
 
 
 def gpus(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
@@ -49,35 +49,33 @@ def gpus(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     if as_json:
         print(json.dumps([{"name": s.gpu.name, **s.gpu.peak_tflops, "hbm_gib": s.gpu.hbm_gib} for s in systems]))
         return
-    table = Table(title="GPU presets (dense TFLOP/s)")
-    for col in (
-        "name",
-        "bf16",
-        "fp8",
-        "fp4",
-        "HBM GiB",
-        "HBM TB/s",
-        "GPUs/node",
-        "scale-up GB/s",
-        "NIC Gb/s",
-        "source",
-    ):
-        table.add_column(col)
-    for s in systems:
-        g = s.gpu
-        table.add_row(
-            g.name,
-            f"{g.bf16_tflops or g.fp16_tflops:g}",
-            f"{g.fp8_tflops:g}",
-            f"{g.fp4_tflops:g}",
-            f"{g.hbm_gib:g}",
-            f"{g.hbm_tbps:g}",
+    columns: list[tuple[str, Kind]] = [("name", "name")]
+    columns += [(c, "number") for c in ("bf16", "fp8", "fp4", "HBM GiB", "HBM TB/s", "per node", "NVLink", "NIC")]
+    rows = [
+        (
+            s.gpu.name,
+            f"{s.gpu.bf16_tflops or s.gpu.fp16_tflops:g}",
+            f"{s.gpu.fp8_tflops:g}",
+            f"{s.gpu.fp4_tflops:g}",
+            f"{s.gpu.hbm_gib:g}",
+            f"{s.gpu.hbm_tbps:g}",
             str(s.gpus_per_node),
             f"{s.scale_up_gbps:g}",
             f"{s.nic_gbps:g}",
-            g.source,
         )
-    console.print(table)
+        for s in systems
+    ]
+    title = "GPU presets (dense TFLOP/s; per node: GPUs; NVLink: scale-up GB/s per GPU; NIC: Gb/s per GPU)"
+    print_whole_table(console, title, columns, rows)
+    _print_sources([(s.gpu.name, s.gpu.source) for s in systems])
+
+
+def _print_sources(sources: list[tuple[str, str]]) -> None:
+    """Each preset's source on its own line, below the table: a paragraph in a table column would squeeze the
+    names out of an 80-column terminal."""
+    console.print("sources:", highlight=False)
+    for name, source in sources:
+        console.print(f"  {name}: {escape(source)}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -135,7 +135,10 @@ CrossEntropyFusionOpt = Annotated[
 ]
 ProfileOpt = Annotated[
     str | None,
-    typer.Option("--profile", help="fitted kernel profile: a file (paraplan fit), or auto (shipped for the GPU)"),
+    typer.Option(
+        "--profile",
+        help="fitted kernel profile: a file (paraplan fit), or auto (shipped for the GPU) (default: analytic costs)",
+    ),
 ]
 AnalyticOpt = Annotated[bool, typer.Option("--analytic", help="ignore shipped profiles; analytic costs only")]
 

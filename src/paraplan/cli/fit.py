@@ -34,9 +34,15 @@ def fit_command(
     ],
     out: Annotated[Path, Opt("--out", help="Profile file to write (JSON).")],
     gpu: Annotated[
-        str | None, Opt("--gpu", help="GPU name in the sample file names (substring), when there are several.")
+        str | None,
+        Opt(
+            "--gpu",
+            help="GPU name in the sample file names (substring), when there are several (default: the only one).",
+        ),
     ] = None,
-    source: Annotated[str | None, Opt("--source", help="Provenance text stored in the profile.")] = None,
+    source: Annotated[
+        str | None, Opt("--source", help="Provenance text stored in the profile (default: the samples folder's name).")
+    ] = None,
 ) -> None:
     try:
         from paraplan.measure.fit import MissingDependency, fit_profile

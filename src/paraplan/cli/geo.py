@@ -6,10 +6,10 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from paraplan.cli import reports
 from paraplan.cli.common import check_outputs, console, handle_errors
+from paraplan.cli.tables import Kind, print_whole_table
 from paraplan.geo.summary import placement_row
 
 Opt = typer.Option
@@ -19,6 +19,13 @@ def _fmt_s(seconds: float | None) -> str:
     if seconds is None or seconds != seconds or seconds == float("inf"):
         return "-"
     return f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
+
+
+def _placement_cells(row: tuple[str, ...]) -> tuple[str, ...]:
+    """`placement_row` with its flows and sharing in one cell ("64, temporal"): a column fewer for 80 columns."""
+    placement, datacenters, gpus, layout, flows, sharing, *rest = row
+    wan = flows if sharing in ("-", "") else f"{flows}, {sharing}"
+    return (placement, datacenters, gpus, layout, wan, *rest)
 
 
 def _geo_command(
@@ -59,92 +66,96 @@ def _print(d: dict) -> None:
     )
     console.print(f"[bold]{title}[/]\ndatacenters: {dcs}\nWAN: {links or 'none'}")
 
-    table = Table(title="placements side by side")
-    for col in ("placement", "datacenters", "GPUs", "layout", "flows", "sharing", "step", "tokens/s", "vs DP across"):
-        table.add_column(
-            col, justify="right" if col in ("GPUs", "flows", "step", "tokens/s", "vs DP across") else "left"
-        )
+    placements: list[tuple[str, Kind]] = [("placement", "text"), ("datacenters", "text"), ("GPUs", "number")]
+    placements += [("layout", "text"), ("WAN flows", "text"), ("step", "number"), ("tokens/s", "number")]
+    placements += [("vs DP", "number")]
     rows = list(d["placements"].values()) + list(d["with_atlas_flows"].values())
-    for i, entry in enumerate(rows):
-        if i == len(d["placements"]):
-            table.add_section()
-        table.add_row(*placement_row(entry, _fmt_s))
-    console.print(table)
+    print_whole_table(
+        console,
+        "placements side by side (WAN flows: TCP flows per link, sharing; vs DP: speed-up over DP across)",
+        placements,
+        [_placement_cells(placement_row(entry, _fmt_s)) for entry in rows],
+        sections=[len(d["placements"])],
+    )
 
     atlas = d["placements"]["atlas"]["plan"]
     if atlas:
-        parts = Table(title="Atlas step, critical stage")
-        parts.add_column("part")
-        parts.add_column("time", justify="right")
-        for name, seconds in atlas["breakdown_s"].items():
-            parts.add_row(name.replace("_", " "), _fmt_s(seconds))
-        console.print(parts)
+        parts = [(name.replace("_", " "), _fmt_s(seconds)) for name, seconds in atlas["breakdown_s"].items()]
+        print_whole_table(console, "Atlas step, critical stage", [("part", "text"), ("time", "number")], parts)
 
     if d["datacenter_selection"]:
-        sel = Table(title="which datacenters to use (Atlas on each connected subset, fastest first)")
-        for col in ("datacenters", "GPUs", "step", "tokens/s", "layout"):
-            sel.add_column(col)
-        for row in d["datacenter_selection"]:
-            sel.add_row(
+        columns: list[tuple[str, Kind]] = [("datacenters", "text"), ("GPUs", "number"), ("step", "number")]
+        columns += [("tokens/s", "number"), ("layout", "text")]
+        rows_sel = [
+            (
                 ", ".join(row["datacenters"]),
                 str(row["gpus_available"]),
                 _fmt_s(row["step_time_s"]),
                 f"{row['tokens_per_s']:,.0f}" if row["tokens_per_s"] else "-",
                 row["layout"] or "; ".join(row["problems"]),
             )
-        console.print(sel)
+            for row in d["datacenter_selection"]
+        ]
+        title = "which datacenters to use (Atlas on each connected subset, fastest first)"
+        print_whole_table(console, title, columns, rows_sel)
 
     if d["flow_sweep"]:
-        flows = Table(title="TCP flows per link (Atlas layout)")
-        for col in ("flows", "aggregate Gb/s", "step", "link full"):
-            flows.add_column(col, justify="right")
-        for row in d["flow_sweep"]:
-            agg = ", ".join(f"{v:,.1f}" for v in row["aggregate_gbps"].values()) or "-"
-            flows.add_row(str(row["flows"]), agg, _fmt_s(row["step_time_s"]), "yes" if row["saturated"] else "no")
-        console.print(flows)
+        rows_flow = [
+            (
+                str(row["flows"]),
+                ", ".join(f"{v:,.1f}" for v in row["aggregate_gbps"].values()) or "-",
+                _fmt_s(row["step_time_s"]),
+                "yes" if row["saturated"] else "no",
+            )
+            for row in d["flow_sweep"]
+        ]
+        columns = [("flows", "number"), ("aggregate Gb/s", "text"), ("step", "number"), ("link full", "number")]
+        print_whole_table(console, "TCP flows per link (Atlas layout)", columns, rows_flow)
 
     if d["sharing_sweep"]:
-        share = Table(title="spatial vs temporal WAN sharing (Atlas layout, same flows)")
-        for col in ("pipelines", "GPUs", "spatial step", "temporal step", "temporal gain"):
-            share.add_column(col, justify="right")
-        for row in d["sharing_sweep"]:
-            share.add_row(
+        rows_share = [
+            (
                 str(row["pipelines"]),
                 str(row["gpus"]),
                 _fmt_s(row["spatial_step_s"]),
                 _fmt_s(row["temporal_step_s"]),
                 f"{row['temporal_gain']:.2f}x",
             )
-        console.print(share)
+            for row in d["sharing_sweep"]
+        ]
+        headers = ("pipelines", "GPUs", "spatial step", "temporal step", "temporal gain")
+        title = "spatial vs temporal WAN sharing (Atlas layout, same flows)"
+        print_whole_table(console, title, [(h, "number") for h in headers], rows_share)
 
     bt = d["bubbletea"]
     if bt:
-        check = bt["no_slowdown_check"]
-        verdict = "[green]unchanged[/]" if check["unchanged"] else "[red]SLOWED[/]"
-        b = Table(title=f"BubbleTea: prefill in the Atlas bubbles ({bt['stream']})", show_header=False)
-        b.add_row("horizon", f"{bt['steps']} steps, {bt['horizon_s']:.1f} s, {bt['prefill_lanes']} prefill lanes")
-        b.add_row("requests admitted", f"{bt['admitted']:,} of {bt['requests']:,} ({bt['admitted_fraction']:.1%})")
-        b.add_row(
+        _print_bubbletea(bt)
+
+
+def _print_bubbletea(bt: dict) -> None:
+    check = bt["no_slowdown_check"]
+    verdict = "[green]unchanged[/]" if check["unchanged"] else "[red]SLOWED[/]"
+    ttft = bt["ttft_s"]
+    rows = [
+        ("horizon", f"{bt['steps']} steps, {bt['horizon_s']:.1f} s, {bt['prefill_lanes']} prefill lanes"),
+        ("requests admitted", f"{bt['admitted']:,} of {bt['requests']:,} ({bt['admitted_fraction']:.1%})"),
+        (
             "GPU utilisation",
             f"{bt['gpu_utilisation_training_only']:.1%} training only -> "
             f"{bt['gpu_utilisation_with_prefill']:.1%} with prefill",
-        )
-        b.add_row(
-            "prefill throughput", f"{bt['prefills_per_s']:,.0f} prompts/s, {bt['prefill_tokens_per_s']:,.0f} tokens/s"
-        )
-        ttft = bt["ttft_s"]
-        b.add_row(
-            "time to first token", f"p50 {_fmt_s(ttft['p50'])}, p90 {_fmt_s(ttft['p90'])}, p99 {_fmt_s(ttft['p99'])}"
-        )
-        b.add_row(
+        ),
+        ("prefill throughput", f"{bt['prefills_per_s']:,.0f} prompts/s, {bt['prefill_tokens_per_s']:,.0f} tokens/s"),
+        ("time to first token", f"p50 {_fmt_s(ttft['p50'])}, p90 {_fmt_s(ttft['p90'])}, p99 {_fmt_s(ttft['p99'])}"),
+        (
             "training step",
             f"{_fmt_s(check['baseline_step_s'])} -> {_fmt_s(check['worst_step_s'])}: {verdict} (no prefill past the "
             f"next training job on all {check['steps_checked_locally']} steps; {check['steps_resimulated']} "
             "re-simulated with their prefills on the event engine)",
-        )
-        for line in bt["excluded_stages"]:
-            b.add_row("not serving", line)
-        console.print(b)
+        ),
+        *(("not serving", line) for line in bt["excluded_stages"]),
+    ]
+    title = f"BubbleTea: prefill in the Atlas bubbles ({bt['stream']})"
+    print_whole_table(console, title, [("", "name"), ("", "text")], rows, show_header=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: every option name whole, the help wrapped beside or under it, at any width (rich's
+    # panels cut long option names to fit 80 columns: `--account-for-embedding-in-pipe…`)
+    rich_markup_mode=None,
 )
 
 # Modules under paraplan.cli that define `register(app: typer.Typer) -> None`.

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
-import typing
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
-from typer.models import OptionInfo
 
 from paraplan.cli import reports
 from paraplan.cli.common import (
@@ -38,7 +34,13 @@ from paraplan.cli.formats import (
     training_with_config,
 )
 from paraplan.cli.printers import print_memory, print_projection, write_trace
-from paraplan.cli.spec_options import MODEL_OPTIONS, SYSTEM_OPTIONS, TRAINING_OPTIONS, spec_values
+from paraplan.cli.spec_options import (
+    MODEL_OPTIONS,
+    SYSTEM_OPTIONS,
+    TRAINING_OPTIONS,
+    show_spec_defaults,
+    spec_values,
+)
 from paraplan.errors import ConfigError
 from paraplan.formats import EMIT_FORMATS, canonical_format
 from paraplan.projection import ProjectionOptions, project_specs
@@ -273,23 +275,6 @@ def _default_global_batch(train: TrainingSpec, system: SystemSpec, given: bool) 
     return train.with_values(gbs=train.mbs * dp)
 
 
-def _show_training_defaults(fn: Callable[..., Any]) -> None:
-    """Append `(default: X)` to the help of each training option left unset (None) on the command line: X is the
-    TrainingSpec default that then applies (`--help` would otherwise show no default for them)."""
-    defaults = TrainingSpec()
-    hints = typing.get_type_hints(fn, include_extras=True)  # the annotations are strings (PEP 563)
-    for name, param in inspect.signature(fn).parameters.items():
-        field = TRAINING_OPTIONS.get(name)
-        infos = [m for m in getattr(hints.get(name), "__metadata__", ()) if isinstance(m, OptionInfo)]
-        if field is None or not infos or param.default is not None or "default" in (infos[0].help or ""):
-            continue
-        value = getattr(defaults, field)
-        if value is not None:
-            shown = str(value).lower() if isinstance(value, bool) else value
-            infos[0].help = f"{infos[0].help or ''} (default: {shown})".strip()
-            fn.__annotations__[name] = hints[name]  # evaluated once, so typer reads this OptionInfo
-
-
 def _with_release_defaults(
     train: TrainingSpec, given: dict[str, object], version: str, moe: bool, cfg: object, config_file: str | None
 ) -> TrainingSpec:
@@ -316,7 +301,7 @@ def _with_release_defaults(
 
 
 def register(app: typer.Typer) -> None:
-    _show_training_defaults(_projection_command)
+    show_spec_defaults(_projection_command)
     command = handle_errors(_projection_command)
     app.command("project")(command)
     app.command("memory", help="Memory per GPU by part, with the FITS/OOM verdict.")(command)

@@ -4,10 +4,15 @@ option of `paraplan project` is either in a table or declared as not a spec sett
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+import typing
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import Any
 
-from paraplan.specs.training import ALIASES
+from typer.models import OptionInfo
+
+from paraplan.specs.training import ALIASES, TrainingSpec
 
 TRAINING_OPTIONS: Mapping[str, str] = MappingProxyType(
     {
@@ -82,3 +87,28 @@ def spec_values(
     """The spec fields that a command's parameters set, by `table` (restricted to the parameters in `only`)."""
     names = table if only is None else only
     return {table[name]: params[name] for name in names if name in params}
+
+
+def show_spec_defaults(fn: Callable[..., Any]) -> None:
+    """Append `(default: X)` to the help of each spec option of `fn` left unset (None) on the command line, where
+    the help does not say it already: X is the `TrainingSpec` default that then applies, or the preset's value for
+    a model or system field (`--help` would otherwise show no default for them)."""
+    training = TrainingSpec()
+    hints = typing.get_type_hints(fn, include_extras=True)  # the annotations are strings (PEP 563)
+    for name, param in inspect.signature(fn).parameters.items():
+        infos = [m for m in getattr(hints.get(name), "__metadata__", ()) if isinstance(m, OptionInfo)]
+        if not infos or param.default is not None or "default" in (infos[0].help or ""):
+            continue
+        if name in TRAINING_OPTIONS:
+            value = getattr(training, TRAINING_OPTIONS[name])
+            if value is None:
+                continue
+            shown: object = str(value).lower() if isinstance(value, bool) else value
+        elif name in SYSTEM_OPTIONS:
+            shown = "the GPU preset's"
+        elif name in MODEL_OPTIONS:
+            shown = "the model preset's"
+        else:
+            continue
+        infos[0].help = f"{infos[0].help or ''} (default: {shown})".strip()
+        fn.__annotations__[name] = hints[name]  # evaluated once, so typer reads this OptionInfo

@@ -28,7 +28,7 @@ from paraplan.cli.common import (
     handle_errors,
     model_from_options,
 )
-from paraplan.cli.spec_options import TRAINING_OPTIONS, spec_values
+from paraplan.cli.spec_options import TRAINING_OPTIONS, show_spec_defaults, spec_values
 from paraplan.cost.calibration import fitted_table
 from paraplan.errors import ConfigError
 from paraplan.projection import ProjectionOptions, project_specs
@@ -128,13 +128,13 @@ def tune_command(
         Opt("--fix", help="AXIS=VALUE[,VALUE...]: fix or restrict an axis (tp=8, recompute=none,selective)"),
     ] = None,
     max_tp: Annotated[int | None, Opt("--max-tp", help="largest tp (default: GPUs per node)")] = None,
-    max_pp: Annotated[int | None, Opt("--max-pp", help="largest pp")] = None,
-    max_vpp: Annotated[int | None, Opt("--max-vpp", help="largest vpp")] = None,
-    max_cp: Annotated[int | None, Opt("--max-cp", help="largest cp (default 32)")] = None,
-    max_ep: Annotated[int | None, Opt("--max-ep", help="largest ep")] = None,
-    max_mbs: Annotated[int | None, Opt("--max-mbs", help="largest micro-batch (default 16)")] = None,
+    max_pp: Annotated[int | None, Opt("--max-pp", help="largest pp (default: the number of layers)")] = None,
+    max_vpp: Annotated[int | None, Opt("--max-vpp", help="largest vpp (default: the layers per stage)")] = None,
+    max_cp: Annotated[int | None, Opt("--max-cp", help="largest cp (default: 32)")] = None,
+    max_ep: Annotated[int | None, Opt("--max-ep", help="largest ep (default: the number of experts)")] = None,
+    max_mbs: Annotated[int | None, Opt("--max-mbs", help="largest micro-batch (default: 16)")] = None,
     precision: Annotated[
-        str | None, Opt("--precision", help="precision(s) allowed: bf16 | fp8 | bf16,fp8 | all (default bf16)")
+        str | None, Opt("--precision", help="precision(s) allowed: bf16 | fp8 | bf16,fp8 | all (default: bf16)")
     ] = None,
     framework: Annotated[
         str | None, Opt("--framework", help="megatron-lm nemo-megatron megatron-deepspeed ...")
@@ -147,9 +147,15 @@ def tune_command(
         str, Opt("--objectives", help="throughput, or several for a Pareto front: throughput,memory,gpus")
     ] = "throughput",
     method: Annotated[str, Opt("--method", help="auto | exhaustive | tpe | nsga2")] = "auto",
-    budget: Annotated[int | None, Opt("--budget", help="most projections (exhaustive) or trials (tpe, nsga2)")] = None,
+    budget: Annotated[
+        int | None,
+        Opt(
+            "--budget",
+            help="most projections (exhaustive) or trials (tpe, nsga2) (default: every candidate; 2000 trials)",
+        ),
+    ] = None,
     time_limit: Annotated[
-        float | None, Opt("--time-limit", help="seconds; ends the search with what was found")
+        float | None, Opt("--time-limit", help="seconds; ends the search with what was found (default: none)")
     ] = None,
     top: Annotated[int, Opt("--top", help="configurations to show")] = 10,
     as_json: Annotated[bool, Opt("--json", help="print one JSON object")] = False,
@@ -161,7 +167,7 @@ def tune_command(
     llm_url: Annotated[
         str | None, Opt("--llm-url", help="OpenAI-compatible endpoint for proposals (key: $PARAPLAN_LLM_API_KEY)")
     ] = None,
-    llm_model: Annotated[str | None, Opt("--llm-model", help="model name at --llm-url")] = None,
+    llm_model: Annotated[str | None, Opt("--llm-model", help="model name at --llm-url (required with it)")] = None,
     llm_rounds: Annotated[int, Opt("--llm-rounds", help="proposal rounds")] = 2,
     llm_timeout: Annotated[
         float, Opt("--llm-timeout", help="seconds for one request to the --llm-url endpoint, whole reply included")
@@ -176,8 +182,8 @@ def tune_command(
     ] = None,
     seed: Annotated[int, Opt("--seed", help="sampler seed")] = 0,
     system_file: Annotated[str | None, Opt("--system-file", help="YAML system description or overrides")] = None,
-    gpus_per_node: Annotated[int | None, Opt("--gpus-per-node")] = None,
-    nic_gbps: Annotated[float | None, Opt("--nic-gbps", help="scale-out Gb/s per GPU")] = None,
+    gpus_per_node: Annotated[int | None, Opt("--gpus-per-node", help="GPUs per node (default: the preset's)")] = None,
+    nic_gbps: Annotated[float | None, Opt("--nic-gbps", help="scale-out Gb/s per GPU (default: the preset's)")] = None,
     profile: ProfileOpt = None,
     analytic: AnalyticOpt = False,
     html: reports.HtmlOpt = None,
@@ -557,4 +563,5 @@ def _print_explanation(x: Explanation) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    show_spec_defaults(tune_command)
     app.command("tune")(handle_errors(tune_command))

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from paraplan.cli import reports
 from paraplan.cli.common import console, handle_errors, json_text
+from paraplan.cli.tables import Kind, print_whole_table
 from paraplan.cost.calibration import fitted_table
 from paraplan.specs.frameworks import ERAS, parse_version
 from paraplan.validate.decompose import CellFit, by_source, cell_fits, depth_by_source, depth_fits
@@ -22,19 +22,24 @@ from paraplan.validate.sources import REPORT_ONLY_SOURCES
 
 def validate(
     data: Annotated[str, typer.Option("--data", help="CSV with the columns of shared/data/measured/public.csv")],
-    source: Annotated[str | None, typer.Option("--source", help="only rows of this source")] = None,
+    source: Annotated[
+        str | None, typer.Option("--source", help="only rows of this source (default: every source)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     report: Annotated[bool, typer.Option("--report", help="print the per-source table as Markdown (README)")] = False,
     show_rows: Annotated[bool, typer.Option("--rows", help="print every row's error")] = False,
     profile: Annotated[
-        str | None, typer.Option("--profile", help="fitted profile for rows on its GPU (auto: the shipped ones)")
+        str | None,
+        typer.Option(
+            "--profile", help="fitted profile for rows on its GPU (auto: the shipped ones) (default: analytic costs)"
+        ),
     ] = None,
     by: Annotated[
         str | None,
         typer.Option(
             "--by",
             help="error analysis: group by source, gpu, arch, model_family, precision, framework, layout, "
-            "recompute, sharding, scale or memory (whether the projected peak fits the GPU)",
+            "recompute, sharding, scale or memory (whether the projected peak fits the GPU) (default: no grouping)",
         ),
     ] = None,
     decompose: Annotated[
@@ -88,12 +93,13 @@ def validate(
         return
     _print(result, show_rows)
     if by:
-        table = Table(title=f"error by {by}")
-        for col in (by, "rows", "MAPE %", "mean error %"):
-            table.add_column(col)
-        for key, stats in result.mape_by(by).items():
-            table.add_row(key, str(stats["n"]), f"{stats['mape_pct']:.1f}", f"{stats['mean_error_pct']:+.1f}")
-        console.print(table)
+        columns: list[tuple[str, Kind]] = [(by, "name"), ("rows", "number"), ("MAPE %", "number")]
+        columns.append(("mean error %", "number"))
+        by_rows = [
+            (key, str(stats["n"]), f"{stats['mape_pct']:.1f}", f"{stats['mean_error_pct']:+.1f}")
+            for key, stats in result.mape_by(by).items()
+        ]
+        print_whole_table(console, f"error by {by}", columns, by_rows)
     if decompose:
         _print_decomposition(fits, show_rows)
 
@@ -131,12 +137,9 @@ def _print_decomposition(fits: list[CellFit], show_rows: bool) -> None:
 
 
 def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    table = Table(title=title)
-    for col in columns:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    """The first column (a cell, row id or source) whole, the others wrapped at spaces."""
+    kinds: list[tuple[str, Kind]] = [(columns[0], "name"), *((c, "text") for c in columns[1:])]
+    print_whole_table(console, title, kinds, rows)
 
 
 def _print_depth(fits: list[CellFit], show_rows: bool) -> None:
@@ -273,34 +276,31 @@ def _print(result: ValidationReport, show_rows: bool) -> None:
     time_rows = bool(result.rows) or not result.memory_rows  # a memory-only selection has no step-time table
     if show_rows:
         if time_rows:
-            table = Table(title="per row")
-            for col in ("id", "source", "metric", "measured", "predicted", "error %"):
-                table.add_column(col)
-            for r in result.rows:
-                table.add_row(
-                    r.id, r.source, r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{r.error_pct:+.1f}"
-                )
-            console.print(table)
-        assumed = Table(title="settings the sources leave out: their framework's defaults (validate/measured.py)")
-        assumed.add_column("source")
-        assumed.add_column("assumed")
-        for name, items in result.assumed_by_source().items():
-            assumed.add_row(name, "; ".join(items))
-        console.print(assumed)
+            columns: list[tuple[str, Kind]] = [("id", "name"), ("source", "name"), ("metric", "name")]
+            columns += [("measured", "number"), ("predicted", "number"), ("error %", "number")]
+            per_row = [
+                (r.id, r.source, r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{r.error_pct:+.1f}")
+                for r in result.rows
+            ]
+            print_whole_table(console, "per row", columns, per_row)
+        print_whole_table(
+            console,
+            "settings the sources leave out: their framework's defaults (validate/measured.py)",
+            [("source", "name"), ("assumed", "text")],
+            [(name, "; ".join(items)) for name, items in result.assumed_by_source().items()],
+        )
     if time_rows:
-        table = Table(title="error per source")
-        table.add_column("source")
-        table.add_column("rows", justify="right")
-        table.add_column("MAPE %", justify="right")
-        for name, stats in result.per_source().items():
-            table.add_row(name, str(stats["n"]), f"{stats['mape_pct']:.1f}")
-        table.add_row("[bold]source-balanced[/]", str(len(result.rows)), f"[bold]{result.mape_pct:.1f}[/]")
+        per_source = [
+            (name, str(stats["n"]), f"{stats['mape_pct']:.1f}") for name, stats in result.per_source().items()
+        ]
+        per_source.append(("[bold]source-balanced[/]", str(len(result.rows)), f"[bold]{result.mape_pct:.1f}[/]"))
         if result.report_only_per_source() and result.fitted_per_source():
             rows = sum(int(v["n"]) for v in result.fitted_per_source().values())
-            table.add_row(
-                "[bold]source-balanced, fitted sources[/]", str(rows), f"[bold]{result.fitted_mape_pct:.1f}[/]"
+            per_source.append(
+                ("[bold]source-balanced, fitted sources[/]", str(rows), f"[bold]{result.fitted_mape_pct:.1f}[/]")
             )
-        console.print(table)
+        columns = [("source", "name"), ("rows", "number"), ("MAPE %", "number")]
+        print_whole_table(console, "error per source", columns, per_source)
         console.print(f"Kendall tau within (model, GPU, GPU count) groups: {result.kendall_tau():.3f}")
         for line in ranking_lines(result) + report_only_lines(result):
             console.print(line)
@@ -308,12 +308,8 @@ def _print(result: ValidationReport, show_rows: bool) -> None:
     for line in era_lines(result):
         console.print(line, highlight=False, markup=False)
     if result.skipped:
-        skipped = Table(title=f"rows not projected ({len(result.skipped)})")
-        skipped.add_column("id")
-        skipped.add_column("reason")
-        for row_id, reason in result.skipped:
-            skipped.add_row(row_id, reason)
-        console.print(skipped)
+        title = f"rows not projected ({len(result.skipped)})"
+        print_whole_table(console, title, [("id", "name"), ("reason", "text")], list(result.skipped))
 
 
 def era_lines(result: ValidationReport) -> list[str]:
