@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 import yaml
 
-from paraplan.cli.common import console, handle_errors
+from paraplan.cli.common import console, err_console, handle_errors
+from paraplan.cli.progress import progress_to_stderr
 from paraplan.cli.tables import Kind, print_whole_table
 from paraplan.errors import ConfigError
 from paraplan.specs.frameworks import parse_version
@@ -61,6 +62,7 @@ def calibrate(
     try:
         from paraplan.validate.calibrate import (
             FORWARD_FROM,
+            calibration_counter,
             fit,
             generalization_splits,
             leave_one_source_out,
@@ -71,12 +73,15 @@ def calibrate(
         raise ConfigError(f"calibrate needs scipy (pip install 'paraplan[fit]'): {exc}") from None
     rows = read_rows(data)
     if no_cv:
-        result = fit(subsample(rows), max_evaluations)
+        with progress_to_stderr(err_console, "calibrate", "block searches") as progress:
+            result = fit(subsample(rows), max_evaluations, progress)
         table = dict(result.table, source=f"fitted by `paraplan calibrate --no-cv` on {Path(data).name}")
         console.print(f"fitted source-balanced MAPE (subsample): {result.train_mape_pct:.2f}%")
     else:
-        cv = leave_one_source_out(rows, max_evaluations, workers)
-        scores = generalization_splits(rows, chosen, max_evaluations, workers, day or FORWARD_FROM)
+        with progress_to_stderr(err_console, "calibrate", "fits") as progress:
+            counter = calibration_counter(rows, chosen, max_evaluations, day or FORWARD_FROM, progress)
+            cv = leave_one_source_out(rows, max_evaluations, workers, counter=counter)
+            scores = generalization_splits(rows, chosen, max_evaluations, workers, day or FORWARD_FROM, counter=counter)
         table = provenance_table(cv, Path(data).name, scores)
         per_source = [
             (source, f"{cv.fitted.get(source, float('nan')):.1f}", f"{cv.held_out[source]:.1f}")

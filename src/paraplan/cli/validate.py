@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from paraplan.cli import reports
-from paraplan.cli.common import console, handle_errors, json_text
+from paraplan.cli.common import console, err_console, handle_errors, json_text
+from paraplan.cli.progress import progress_to_stderr
 from paraplan.cli.tables import Kind, print_whole_table
 from paraplan.cost.calibration import fitted_table
 from paraplan.specs.frameworks import ERAS, parse_version
@@ -69,7 +70,8 @@ def validate(
     rows = read_rows(data)
     projector = profile_projector(profile) if profile else None
     day = parse_version(framework_version) if framework_version else None
-    result = validate_rows(rows, source, projector, day)
+    with progress_to_stderr(err_console, "validate", "rows") as progress:
+        result = validate_rows(rows, source, projector, day, progress)
     title = f"Validation against {Path(data).name}" + (f", source {source}" if source else "")
     reports.write("validate_report", html, png, result, title=title)
     fits = cell_fits(result.rows) if decompose else []

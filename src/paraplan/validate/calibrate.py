@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
 from paraplan.cost.calibration import Calibration, calibration_for, family_of, representative_gpu
 from paraplan.errors import ConfigError
+from paraplan.progress import StepCallback
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.validate.measured import MeasuredRun, release_date, run_from_row
 from paraplan.validate.ranking import GapBin, order_agreement
@@ -182,7 +183,7 @@ def fittable(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     return [row for row, _ in _fittable_runs(rows)]
 
 
-def fit(rows: list[dict[str, str]], max_evaluations: int = 400) -> FitResult:
+def fit(rows: list[dict[str, str]], max_evaluations: int = 400, progress: StepCallback | None = None) -> FitResult:
     """Fit the constants on `rows` (all of them; subsample first if they are many).
 
     Block-coordinate descent on the source-balanced MAPE plus the prior: each GPU family's constants, then
@@ -190,7 +191,8 @@ def fit(rows: list[dict[str, str]], max_evaluations: int = 400) -> FitResult:
     no other row, so that is the whole objective's change), `ROUNDS` times. One Powell over all constants at
     once stalls in this many dimensions, and one over all the family constants (22 of them) spent its
     `max_evaluations` on the first directions: the NVLink efficiencies and the chip spread never moved. The
-    blocks are small and separable. `max_evaluations` bounds each block's search."""
+    blocks are small and separable. `max_evaluations` bounds each block's search. `progress` is told after each
+    block's search."""
     from scipy.optimize import minimize
 
     pairs = _fittable_runs(rows)
@@ -239,11 +241,13 @@ def fit(rows: list[dict[str, str]], max_evaluations: int = 400) -> FitResult:
     sources = len({r["source"] for r in rows})
     scope_of_run = {"family": lambda run: family_of(run.system.gpu.name), "framework": lambda run: run.train.framework}
     blocks = sorted({(scope, key) for scope, key, _ in names}, key=lambda b: (b[0] != "family", b[1]))
-    for _ in range(ROUNDS):
-        for scope, key in blocks:
+    for round_index in range(ROUNDS):
+        for block_index, (scope, key) in enumerate(blocks):
             block = [i for i, name in enumerate(names) if name[:2] == (scope, key)]
             members = {r["source"] for r, run in zip(rows, runs, strict=True) if scope_of_run[scope](run) == key}
             minimise_block(x, block, [r for r in rows if r["source"] in members], sources)
+            if progress is not None:
+                progress(round_index * len(blocks) + block_index + 1, ROUNDS * len(blocks), f"{scope} {key}")
     table = table_of(x)
     report = validate_rows(rows, projector=_projector(table))
     return FitResult(table, report.mape_pct, {k: v["mape_pct"] for k, v in report.per_source().items()})
@@ -300,14 +304,40 @@ def _held_out(job: HeldOutJob) -> ValidationReport:
     return validate_rows(test, projector=_projector(fitted.table))
 
 
-def _run_jobs(jobs: list[HeldOutJob], workers: int) -> list[ValidationReport]:
-    """The held-out fits, in a process pool when `workers` > 1."""
+def _run_jobs(
+    jobs: list[HeldOutJob], workers: int, on_done: Callable[[int], None] | None = None
+) -> list[ValidationReport]:
+    """The held-out fits, in a process pool when `workers` > 1; `on_done(i)` after job `i` finishes."""
     if workers > 1 and len(jobs) > 1:
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(_held_out, jobs))
-    return list(map(_held_out, jobs))
+            futures = {pool.submit(_held_out, job): i for i, job in enumerate(jobs)}
+            for future in as_completed(futures):
+                if on_done is not None:
+                    on_done(futures[future])
+            return [future.result() for future in futures]
+    reports = []
+    for i, job in enumerate(jobs):
+        reports.append(_held_out(job))
+        if on_done is not None:
+            on_done(i)
+    return reports
+
+
+class _Counter:
+    """Held-out fits finished across the calls of one calibration, told to a `StepCallback`."""
+
+    def __init__(self, total: int, progress: StepCallback | None) -> None:
+        self.total, self.done, self.progress = total, 0, progress
+
+    def labelled(self, labels: list[str]) -> Callable[[int], None]:
+        def on_done(i: int) -> None:
+            self.done += 1
+            if self.progress is not None:
+                self.progress(self.done, self.total, labels[i])
+
+        return on_done
 
 
 # The generalization splits of `paraplan calibrate` (issue 32): each holds a group of runs out of the fit and scores
@@ -401,33 +431,47 @@ def generalization_splits(
     max_evaluations: int = 400,
     workers: int = 1,
     forward_from: date = FORWARD_FROM,
+    progress: StepCallback | None = None,
+    counter: _Counter | None = None,
 ) -> dict[str, SplitScores]:
-    """Score each split's held-out groups (`split_jobs`), all held-out fits in one pool."""
+    """Score each split's held-out groups (`split_jobs`), all held-out fits in one pool; `progress` is told after
+    each fit (`counter`: the count of a calibration this is part of)."""
     for split in splits:
         if split not in SPLITS:
             raise ConfigError(f"unknown split '{split}': choose from {', '.join(SPLITS)}")
     labelled = [
         (split, group, job) for split in splits for group, job in split_jobs(rows, split, max_evaluations, forward_from)
     ]
-    reports = _run_jobs([job for _, _, job in labelled], workers)
+    counter = counter or _Counter(len(labelled), progress)
+    on_done = counter.labelled([f"without {split} {group}" for split, group, _ in labelled])
+    reports = _run_jobs([job for _, _, job in labelled], workers, on_done)
     out: dict[str, SplitScores] = {split: SplitScores(split, {}) for split in splits}
     for (split, group, _), report in zip(labelled, reports, strict=True):
         out[split].held_out[group] = report.per_source()
     return out
 
 
-def leave_one_source_out(rows: list[dict[str, str]], max_evaluations: int = 400, workers: int = 1) -> CrossValidation:
+def leave_one_source_out(
+    rows: list[dict[str, str]],
+    max_evaluations: int = 400,
+    workers: int = 1,
+    progress: StepCallback | None = None,
+    counter: _Counter | None = None,
+) -> CrossValidation:
     """Fit without each source in turn and score it; then fit on all. Only the rows `fittable` allows take part;
     the report-only sources and the memory rows are scored with the final fit (`CrossValidation.report_only`,
-    `.memory`). `workers` > 1 runs the held-out fits in a process pool."""
+    `.memory`). `workers` > 1 runs the held-out fits in a process pool. `progress` is told after each fit
+    (`counter`: the count of a calibration this is part of)."""
     every = _complete(rows)
     rows = _complete(fitted_time_rows(every))
     labelled = split_jobs(rows, "source", max_evaluations)
-    done = _run_jobs([job for _, job in labelled], workers)
+    counter = counter or _Counter(len(labelled) + 1, progress)
+    done = _run_jobs([job for _, job in labelled], workers, counter.labelled([f"without {s}" for s, _ in labelled]))
     reports = {source: report for (source, _), report in zip(labelled, done, strict=True)}
     held_out = {source: report.mape_pct for source, report in reports.items()}
     ranking = order_agreement(row for report in reports.values() for row in report.rows)
     final = fit(subsample(rows), max_evaluations)
+    counter.labelled(["on every source"])(0)
     full = validate_rows(rows, projector=_projector(final.table))
     fitted_per_source = {k: v["mape_pct"] for k, v in full.per_source().items()}
     fitted_ids = {r["id"] for r in rows}
@@ -482,3 +526,18 @@ def provenance_table(
             "bins": [b.to_dict() for b in cv.ranking],
         }
     return table
+
+
+def calibration_counter(
+    rows: list[dict[str, str]],
+    splits: Sequence[str],
+    max_evaluations: int,
+    forward_from: date = FORWARD_FROM,
+    progress: StepCallback | None = None,
+) -> _Counter:
+    """The count of fits of a whole calibration (`leave_one_source_out`, then `generalization_splits` over
+    `splits`), to pass to both as `counter` so that `progress` sees one total."""
+    every = _complete(rows)
+    fits = len(split_jobs(_complete(fitted_time_rows(every)), "source", max_evaluations)) + 1
+    fits += sum(len(split_jobs(rows, split, max_evaluations, forward_from)) for split in splits)
+    return _Counter(fits, progress)

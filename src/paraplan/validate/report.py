@@ -11,6 +11,7 @@ from datetime import date
 from paraplan.errors import ConfigError
 from paraplan.graph.partition import pipeline_split, split_stages
 from paraplan.memory.model import MemoryResult
+from paraplan.progress import StepCallback
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.result import Projection
 from paraplan.validate import memory as memory_scores
@@ -313,9 +314,10 @@ def validate_rows(
     source: str | None = None,
     projector: Projector | None = None,
     framework_version: date | None = None,
+    progress: StepCallback | None = None,
 ) -> ValidationReport:
     """Project every row (of `source`, when given) and score it; `framework_version`: the release whose defaults the
-    rows without a source date take (`validate.measured.run_from_row`)."""
+    rows without a source date take (`validate.measured.run_from_row`); `progress` is told after each row."""
     projector = projector or default_projector()
     if source and not any(row.get("source") == source for row in rows):
         known = sorted({row.get("source", "") for row in rows} - {""})
@@ -324,9 +326,10 @@ def validate_rows(
     memory_rows: list[MemoryRow] = []
     skipped: list[tuple[str, str]] = []
     memory_skipped: list[tuple[str, str]] = []
-    for row in rows:
-        if source and row.get("source") != source:
-            continue
+    chosen = [row for row in rows if not source or row.get("source") == source]
+    for done, row in enumerate(chosen, 1):
+        if progress is not None:
+            progress(done - 1, len(chosen), row.get("id", ""))  # told before each row (some `continue`) and at the end
         try:
             run = _run_of(row, framework_version)
             if run.metric not in (*TIME_METRICS, MEMORY_METRIC):
@@ -371,4 +374,6 @@ def validate_rows(
                 layers_per_rank=_busiest_rank_layers(run),
             )
         )
+    if progress is not None:
+        progress(len(chosen), len(chosen), "")
     return ValidationReport(results, skipped, memory_rows, memory_skipped)
