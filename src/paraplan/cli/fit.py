@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from paraplan.cli.common import console, err_console, fail
@@ -43,6 +44,14 @@ def fit_command(
     source: Annotated[
         str | None, Opt("--source", help="Provenance text stored in the profile (default: the samples folder's name).")
     ] = None,
+    strict: Annotated[
+        bool,
+        Opt(
+            "--strict",
+            help="Exit 2 without writing the profile when it is doubtful: nearly empty (fewer than half the "
+            "regressors fitted) or fitted on samples measured on a busy machine.",
+        ),
+    ] = False,
 ) -> None:
     try:
         from paraplan.measure.fit import MissingDependency, fit_profile
@@ -52,7 +61,7 @@ def fit_command(
     if not out.parent.is_dir():
         raise fail(f"output folder does not exist: {out.parent}")
     try:
-        with console.status("reading samples") as status:
+        with err_console.status("reading samples") as status:
             result = fit_profile(samples, gpu=gpu, source=source, progress=lambda message: status.update(message))
     except (SampleError, MissingDependency) as exc:
         raise fail(str(exc)) from None
@@ -110,12 +119,16 @@ def fit_command(
     console.print(f"{clean} other columns lost no rows; {total_dropped} of {total_rows} rows dropped in all.")
     for label, reason in result.skipped:
         console.print(f"skipped {label}: {reason}", style="dim")
+    if strict and result.warnings:
+        raise fail([*result.warnings, f"--strict: {out} not written"])
     try:
         result.profile.save(out)
     except OSError as exc:
         raise fail(f"cannot write {out}: {exc.strerror}") from None
     size_kb = out.stat().st_size / 1024
     shipped = len(result.profile.regressors)
-    console.print(f"wrote {out} ({size_kb:,.0f} KiB, {shipped} regressors)")
+    console.print(f"wrote {out} ({size_kb:,.0f} KiB, {shipped} of {len(result.regressors)} regressors)")
     if shipped == 0:
         err_console.print("[yellow]warning:[/] no regressor passed the fit rule; the profile is empty")
+    for warning in result.warnings:  # also in the profile's provenance ("warnings")
+        err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 
-from paraplan.cli.common import console, fail
+from paraplan.cli.common import console, err_console, fail
+from paraplan.cli.progress import progress_to_stderr
 
 Opt = typer.Option
 
@@ -21,7 +22,14 @@ def register(app: typer.Typer) -> None:
 def measure_command(
     out: Annotated[Path, Opt("--out", help="Folder for the samples (operator/ and nccl/ are created in it).")],
     device: Annotated[str, Opt("--device", help="cpu or cuda.")] = "cpu",
-    quick: Annotated[bool, Opt("--quick", help="A small set of shapes (well under a minute on a laptop CPU).")] = False,
+    quick: Annotated[
+        bool,
+        Opt(
+            "--quick",
+            help="Fewer shapes, 5 timed calls each. On a 2-core CPU: 40 s of CPU time, collectives included; "
+            "3 min 20 s of wall time while other jobs kept the cores busy (a busy machine is reported).",
+        ),
+    ] = False,
     dtype: Annotated[
         str | None, Opt("--dtype", help="fp32, bf16 or fp16 (default: fp32 on cpu, bf16 on cuda).")
     ] = None,
@@ -51,19 +59,34 @@ def measure_command(
     config = BenchConfig(device=device, quick=quick, dtype=precision, threads=threads)
     total = len(plan_benchmarks(config)) + 1  # + the collectives (metadata is written with them)
     started = time.perf_counter()
-    columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    done = 0
     try:
-        with Progress(*columns, console=console) as progress:
-            task = progress.add_task("starting", total=total)
-            paths = run_benchmarks(
-                config,
-                out,
-                on_start=lambda name: progress.update(task, description=name),
-                on_done=lambda _name, _path: progress.advance(task),
-            )
+        with progress_to_stderr(err_console, "measure", "files") as progress:
+
+            def finished(name: str, _path: Path | None) -> None:
+                nonlocal done
+                done += 1
+                progress(done, total, name)
+
+            paths = run_benchmarks(config, out, on_start=lambda name: progress(done, total, name), on_done=finished)
     except OSError as exc:
         raise fail(f"cannot write samples under {out}: {exc}") from None
     elapsed_s = time.perf_counter() - started
     console.print(
         f"wrote {len(paths)} sample files under {out} in {elapsed_s:.0f} s; next: paraplan fit --samples {out}"
+    )
+    busy = busy_note(out)
+    if busy:
+        err_console.print(f"[yellow]warning:[/] {escape(busy)}", highlight=False, soft_wrap=True)
+
+
+def busy_note(out: Path) -> str | None:
+    """What `measure.json` under `out` says of a busy machine (`paraplan.measure.device.MachineLoad`), as a warning."""
+    from paraplan.measure.samples import busy_reason
+
+    reason = busy_reason(out / "measure.json")
+    if reason is None:
+        return None
+    return (
+        f"the machine was busy while measuring: {reason}; its timings carry other jobs' work (measure again when quiet)"
     )

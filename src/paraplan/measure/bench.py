@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paraplan.measure.device import DTYPE_NAMES, cpu_model, torch_dtype
+from paraplan.measure.device import DTYPE_NAMES, LoadWatch, MachineLoad, cpu_model, torch_dtype
 from paraplan.measure.processes import ping_pong, run_processes
 from paraplan.measure.samples import sample_file_name, write_sample_table
 
@@ -52,9 +52,11 @@ class BenchConfig:
 
     @property
     def repeats(self) -> int:
-        """Timed calls per shape: 10, or 5 for a quick run on a GPU (a CPU's medians need more tries on a busy
-        machine, and its quick shapes are cheap)."""
-        return 5 if self.quick and self.on_gpu else 10
+        """Timed calls per shape: 10, or 5 for a quick run. On a CPU each timed call first rewrites a buffer twice
+        the last-level cache (`time_us`; 5.8 ms of CPU for 64 MiB on the 2-core test machine), which was about a
+        third of a quick run's CPU time at 10 calls; a busy machine is reported (`MachineLoad`) rather than
+        outvoted with more calls."""
+        return 5 if self.quick else 10
 
     @property
     def on_gpu(self) -> bool:
@@ -503,6 +505,7 @@ def run_benchmarks(
         torch.set_num_threads(config.threads)
     gpu = device_name(config)
     paths: list[Path] = []
+    watch = LoadWatch()  # over the operators: the collectives' processes load the CPUs themselves
     for task in plan_benchmarks(config):
         if on_start:
             on_start(task.op)
@@ -510,17 +513,18 @@ def run_benchmarks(
         paths.append(path)
         if on_done:
             on_done(task.op, path)
+    load = watch.reading()
     if on_start:
         on_start("collectives")
     collective_paths = run_collectives(config, out, gpu)
     paths += collective_paths
-    paths.append(_write_metadata(out, gpu, config))
+    paths.append(_write_metadata(out, gpu, config, load))
     if on_done:
         on_done("collectives", collective_paths[0] if collective_paths else None)
     return paths
 
 
-def _write_metadata(out: Path, gpu: str, config: BenchConfig) -> Path:
+def _write_metadata(out: Path, gpu: str, config: BenchConfig, load: MachineLoad | None = None) -> Path:
     """`measure.json`: how the samples were taken (the fit ignores it; people read it)."""
     torch = _torch()
     path = out / "measure.json"
@@ -537,5 +541,7 @@ def _write_metadata(out: Path, gpu: str, config: BenchConfig) -> Path:
         "repeats": config.repeats,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if load is not None and not config.on_gpu:  # a GPU's kernels do not share the host's cores
+        metadata["machine_load"] = load.to_dict()
     path.write_text(json.dumps(metadata, indent=1) + "\n")
     return path

@@ -15,6 +15,7 @@ import datetime
 import importlib.util
 import os
 import platform
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,3 +219,71 @@ def machine_busy(cores_needed: int = 2) -> str | None:
     if cores < cores_needed or load > cores - cores_needed + 0.5:
         return f"load average {load:.1f} on {cores} cores"
     return None
+
+
+# ---- how busy the machine was over a measurement --------------------------------------------------------------
+PSI_CPU = Path("/proc/pressure/cpu")
+BUSY_STALL_SHARE = BUSY_PRESSURE / 100
+"""A measurement ran on a busy machine when, over its whole span, some task waited for a CPU this share of the
+time (Linux PSI `some`, kernel Documentation/accounting/psi.rst): its wall times then carry other jobs' work."""
+
+
+def cpu_stall_us(path: Path = PSI_CPU) -> int | None:
+    """Microseconds, since boot, in which some task waited for a CPU (PSI `some ... total=`), or None."""
+    try:
+        first = path.read_text().splitlines()[0]
+        return int(first.split("total=")[1].split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class MachineLoad:
+    """How busy the CPUs were over a span: the PSI stall share (None without PSI) and the load average after it."""
+
+    seconds: float
+    stall_share: float | None
+    load_avg_1m: float
+    cores: int
+
+    @property
+    def busy(self) -> str | None:
+        """Why the span counts as busy, or None: PSI when the kernel has it, else the load average above the
+        core count (more runnable tasks than cores, the measurement's own included)."""
+        if self.stall_share is not None:
+            if self.stall_share > BUSY_STALL_SHARE:
+                return (
+                    f"tasks waited for a CPU {self.stall_share:.0%} of the {self.seconds:.0f} s measured "
+                    f"(/proc/pressure/cpu; over {BUSY_STALL_SHARE:.0%} is busy)"
+                )
+            return None
+        if self.load_avg_1m > self.cores + 0.5:
+            return f"load average {self.load_avg_1m:.1f} on {self.cores} cores"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seconds": round(self.seconds, 1),
+            "cpu_stall_share": None if self.stall_share is None else round(self.stall_share, 3),
+            "load_avg_1m": round(self.load_avg_1m, 2),
+            "cores": self.cores,
+            "busy": self.busy,
+        }
+
+
+class LoadWatch:
+    """Started before a measurement, `reading()` after it: how busy the machine was in between."""
+
+    def __init__(self, psi: Path = PSI_CPU) -> None:
+        self.psi = psi
+        self.started = time.monotonic()
+        self.stall_at_start = cpu_stall_us(psi)
+
+    def reading(self) -> MachineLoad:
+        seconds = time.monotonic() - self.started
+        stall = cpu_stall_us(self.psi)
+        share = None
+        if stall is not None and self.stall_at_start is not None and seconds > 0:
+            share = min(1.0, (stall - self.stall_at_start) / 1e6 / seconds)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        return MachineLoad(seconds, share, load, os.cpu_count() or 1)

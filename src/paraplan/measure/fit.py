@@ -43,6 +43,7 @@ from paraplan.measure.samples import (
     SampleError,
     SampleFile,
     SampleTable,
+    busy_reason,
     find_sample_files,
     read_sample_table,
     select_gpu,
@@ -105,6 +106,7 @@ class FitResult:
     regressors: list[RegressorReport]
     columns: list[ColumnReport]
     skipped: list[tuple[str, str]]  # (file label, reason)
+    warnings: list[str] = field(default_factory=list)  # `fit_warnings`: also in the profile's provenance
 
 
 def replicate_mape(features: np.ndarray, time_us: np.ndarray) -> tuple[float | None, int]:
@@ -478,15 +480,46 @@ def fit_profile(
         reports.append(report)
         if regressor is not None:
             regressors[name] = regressor
+    warnings = fit_warnings(root, reports)
+    provenance = _provenance(root, reports, columns, skipped)
+    if warnings:
+        provenance["warnings"] = warnings
     profile = Profile(
         gpu=gpu_name,
         source=source or root.name,
         precision=precisions[0],
         regressors=regressors,
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
-        provenance=_provenance(root, reports, columns, skipped),
+        provenance=provenance,
     )
-    return FitResult(profile=profile, regressors=reports, columns=columns, skipped=skipped)
+    return FitResult(profile=profile, regressors=reports, columns=columns, skipped=skipped, warnings=warnings)
+
+
+NEARLY_EMPTY_SHARE = 0.5
+"""A profile that ships fewer than this share of the regressors its samples call for is nearly empty: most of a
+projection with it falls back to the analytic model, which the profile was meant to replace."""
+
+
+def fit_warnings(root: Path, reports: list[RegressorReport]) -> list[str]:
+    """What makes a fitted profile doubtful: samples timed on a busy machine (`paraplan measure`'s `measure.json`
+    under `root`), and a nearly empty profile (the regressors that did not pass the fit rule, by name)."""
+    warnings = []
+    for metadata in sorted(root.rglob("measure.json")):
+        reason = busy_reason(metadata)
+        if reason:
+            where = metadata.parent.relative_to(root).as_posix()
+            warnings.append(
+                f"samples{'' if where == '.' else ' in ' + where} were measured on a busy machine: {reason}; "
+                "their times carry other jobs' work (measure again when the machine is quiet)"
+            )
+    shipped = [r.name for r in reports if r.shipped]
+    missing = [r.name for r in reports if not r.shipped]
+    if reports and len(shipped) < NEARLY_EMPTY_SHARE * len(reports):
+        warnings.append(
+            f"nearly empty profile: {len(shipped)} of {len(reports)} regressors passed the fit rule; "
+            f"not fitted: {', '.join(missing)} (the analytic model costs those operators)"
+        )
+    return warnings
 
 
 def _provenance(

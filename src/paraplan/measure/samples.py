@@ -16,6 +16,7 @@ with a causal mask; absent or 0, the full square as in the public samples) colum
 from __future__ import annotations
 
 import csv
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -165,3 +166,14 @@ def sample_file_name(
         raise ValueError(f"GPU name {gpu!r} must be non-empty and without underscores")
     suffix = "" if nodes is None else f"_{nodes}_{gpus_per_node}"
     return f"{gpu}_{op}_{precision}{suffix}.csv"
+
+
+def busy_reason(metadata: Path) -> str | None:
+    """Why `paraplan measure` judged the machine busy while it timed the operators (its `measure.json`,
+    `machine_load.busy`), or None: no such file, not busy, or not recorded."""
+    try:
+        load = json.loads(metadata.read_text()).get("machine_load") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    reason = load.get("busy") if isinstance(load, dict) else None
+    return str(reason) if reason else None
