@@ -162,10 +162,10 @@ ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     ],
 )
 def test_yaml_aliases_and_nesting_are_bounded(text: str, fragment: str) -> None:
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a bomb burns it; a busy machine does not add to it
     with pytest.raises(ConfigError, match=fragment):
         load_yaml(text, "bomb.yaml")
-    assert time.perf_counter() - start < 5
+    assert time.process_time() - start < 5
 
 
 def test_yaml_anchors_within_bounds_still_work() -> None:
@@ -175,9 +175,9 @@ def test_yaml_anchors_within_bounds_still_work() -> None:
 def test_primus_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
     path = tmp_path / "exp.yaml"
     path.write_text(ALIAS_BOMB + "modules: {pre_trainer: {overrides: {}}}\n")
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a bomb burns it; a busy machine does not add to it
     assert_bad(runner.invoke(app, [*PROJECT, "--from-config", str(path), "--format", "primus"]), "alias bomb")
-    assert time.perf_counter() - start < 10
+    assert time.process_time() - start < 10
 
 
 def test_deep_json_is_refused() -> None:
@@ -208,9 +208,9 @@ def test_deep_json_is_refused() -> None:
     ],
 )
 def test_values_are_refused_with_the_rule_and_numbers(extra: list[str], fragment: str) -> None:
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a bomb burns it; a busy machine does not add to it
     assert_bad(runner.invoke(app, [*PROJECT, *extra]), fragment)
-    assert time.perf_counter() - start < 20  # refused before the work
+    assert time.process_time() - start < 20  # refused before the work
 
 
 def test_top_k_above_the_experts() -> None:

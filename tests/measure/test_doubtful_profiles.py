@@ -159,3 +159,17 @@ def test_measure_records_and_warns_about_a_busy_machine(tmp_path: Path, cli_app,
     metadata = json.loads((out / "measure.json").read_text())
     assert metadata["repeats"] == 5 and metadata["machine_load"]["cpu_stall_share"] == 0.6
     assert busy_reason(out / "measure.json") == BUSY.busy
+
+
+def test_wait_until_quiet_backs_off_and_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    from paraplan.measure import device
+
+    states = iter(["busy", "busy", None])
+    monkeypatch.setattr(device, "machine_busy", lambda cores=2: next(states))
+    pauses: list[float] = []
+    assert device.wait_until_quiet(max_wait_s=60, sleep=pauses.append) is None
+    assert pauses == [5.0, 10.0]  # doubling pauses until quiet
+    monkeypatch.setattr(device, "machine_busy", lambda cores=2: "load average 9.0 on 2 cores")
+    pauses.clear()
+    assert device.wait_until_quiet(max_wait_s=30, sleep=pauses.append) == "load average 9.0 on 2 cores"
+    assert pauses == [5.0, 10.0, 15.0]  # 30 s in all, then why it is still busy

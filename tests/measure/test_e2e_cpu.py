@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,6 +47,7 @@ ALL_REDUCE_TOLERANCE = 0.35  # the gradient all-reduce (gloo over loopback TCP, 
 LINK_SELF_CONSISTENCY = 0.30  # a link line missing its own samples by more measured noise, not the link
 QUIET_WALL_OVER_CPU = 1.10
 SPEED_DRIFT = 1.10  # the reference kernels slower by more than this between check points: the CPU changed
+ATTEMPTS = 3  # measurements taken again while a check misses on a busy machine (each ~1-3 min)
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Outcome:
     parts: dict[str, tuple[float, float]] = field(default_factory=dict)  # category -> (projected, measured) s
     seconds: float = 0.0
     probes: list[tuple[float, float]] = field(default_factory=list)  # reference (matmul, streaming) seconds
+    attempts: list[str] = field(default_factory=list)  # what each measurement attempt missed (the fixture's retries)
 
     def check_busy(self) -> list[str]:
         """Record (and return) why the machine is busy now, if it is (PSI or load average), or was: the CPU's
@@ -103,12 +106,46 @@ def _ms(value: float) -> str:
 
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    """The measurements and projections, taken again (up to ATTEMPTS times, after waiting for the machine to quiet
+    down: `paraplan.measure.device.wait_until_quiet`) while a check misses and the machine was busy."""
+    from paraplan.measure.device import wait_until_quiet
+
+    attempts: list[str] = []
+    for attempt in range(1, ATTEMPTS + 1):
+        result = _measure(tmp_path_factory.mktemp(f"e2e-{attempt}"))
+        misses = _misses(result)
+        busy = f" (busy: {'; '.join(result.busy)})" if result.busy else ""
+        attempts.append(f"attempt {attempt}: {'; '.join(misses) or 'within the tolerances'}{busy}")
+        print(attempts[-1])
+        if not misses or not result.busy or attempt == ATTEMPTS:
+            break
+        wait_until_quiet()
+    result.attempts = attempts
+    return result
+
+
+def _misses(result: Outcome) -> list[str]:
+    """The checks below that the outcome misses (the all-reduce only when its samples are self-consistent)."""
+    misses = []
+    projected = sum(result.parts[c][0] for c in ("gemm", "attention", "optimizer"))
+    measured = sum(result.parts[c][1] for c in ("gemm", "attention", "optimizer"))
+    if abs(projected / measured - 1) > PARTS_TOLERANCE:
+        misses.append(f"profiled parts {projected / measured - 1:+.1%}")
+    all_reduce_projected, all_reduce_measured = result.all_reduce
+    if result.link_error <= LINK_SELF_CONSISTENCY and abs(all_reduce_projected / all_reduce_measured - 1) > (
+        ALL_REDUCE_TOLERANCE
+    ):
+        misses.append(f"all-reduce {all_reduce_projected / all_reduce_measured - 1:+.1%}")
+    misses += [f"world {w} step {r - 1:+.1%}" for w, r in result.ratios.items() if abs(r - 1) > TARGET]
+    return misses
+
+
+def _measure(tmp: Path) -> Outcome:
     from paraplan.measure import e2e
     from paraplan.measure.bench import BenchConfig, run_benchmarks
     from paraplan.measure.fit import fit_profile
 
     started = time.perf_counter()
-    tmp = tmp_path_factory.mktemp("e2e")
     config, run = e2e.TinyLlama(), e2e.RunConfig()
 
     # 1. and 2., measurements first and close together (a shared machine's speed drifts by several percent
@@ -218,7 +255,8 @@ def _assert_unless_busy(ok: bool, message: str, outcome: Outcome) -> None:
         return
     busy = outcome.check_busy()
     if busy:
-        pytest.skip(f"machine busy ({'; '.join(busy)}); {message}")
+        tries = f" in {len(outcome.attempts)} attempts ({' | '.join(outcome.attempts)})" if outcome.attempts else ""
+        pytest.skip(f"machine busy ({'; '.join(busy)}){tries}; {message}")
     raise AssertionError(message)
 
 

@@ -287,3 +287,20 @@ class LoadWatch:
             share = min(1.0, (stall - self.stall_at_start) / 1e6 / seconds)
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
         return MachineLoad(seconds, share, load, os.cpu_count() or 1)
+
+
+def wait_until_quiet(
+    max_wait_s: float = 120.0, cores_needed: int = 2, first_wait_s: float = 5.0, sleep=time.sleep
+) -> str | None:
+    """Wait, polling `machine_busy` with doubling pauses (5 s, 10 s, 20 s, ...), until the machine is quiet or
+    `max_wait_s` have passed; None when it is quiet, else why it is still busy. A timing check that failed on a
+    busy machine measures again after this rather than giving up."""
+    waited, pause = 0.0, first_wait_s
+    while True:
+        busy = machine_busy(cores_needed)
+        if busy is None or waited >= max_wait_s:
+            return busy
+        pause = min(pause, max_wait_s - waited)
+        sleep(pause)
+        waited += pause
+        pause *= 2
