@@ -70,6 +70,16 @@ def test_validate_tells_its_progress_on_stderr_and_json_stays_valid(public_csv: 
     assert lines[0].group(8) is not None and lines[-1].group(8) is None  # time left, until the end
 
 
+def test_tune_tells_its_progress_in_a_log_and_json_stays_valid() -> None:
+    args = ["tune", "--model", "llama3.1-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--gbs", "16", "--seq", "4096",
+            "--executor", "serial", "--max-pp", "1", "--json"]  # fmt: skip
+    result = runner.invoke(app, args, env=EVERY_UNIT)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["top"]
+    lines = progress_lines(result.stderr, "tune")
+    assert lines and lines[-1].group(2) == lines[-1].group(3) and lines[-1].group(4) == "candidates"
+
+
 def test_calibrate_tells_its_progress_on_stderr(public_csv: Path, tmp_path: Path) -> None:
     pytest.importorskip("scipy", reason="scipy is not installed (the 'fit' extra)")
     data = small_csv(public_csv, tmp_path, ("Korthikanti2022_Table5",), 8)

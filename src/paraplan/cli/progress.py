@@ -52,7 +52,7 @@ def progress_line(task: str, unit: str, done: int, total: int, elapsed_s: float,
     return line
 
 
-def _interval_s() -> float:
+def progress_interval_s() -> float:
     try:
         return max(0.0, float(os.environ.get(INTERVAL_ENV, DEFAULT_INTERVAL_S)))
     except ValueError:
@@ -69,6 +69,8 @@ class LineProgress:
         self.last_done = 0
 
     def __call__(self, done: int, total: int, label: str) -> None:
+        if done < self.last_done:  # a new phase counts from 0 again (the tuner's seed, then its search)
+            self.last_done = 0
         now = time.monotonic()
         wait_s = self.interval_s if self.last_line is not None else min(self.interval_s, FIRST_LINE_S)
         since = now - (self.last_line if self.last_line is not None else self.started)
@@ -86,7 +88,7 @@ def progress_to_stderr(console: Console, task: str, unit: str, enabled: bool = T
         yield lambda done, total, label: None
         return
     if not console.is_terminal:
-        yield LineProgress(console, task, unit, _interval_s())
+        yield LineProgress(console, task, unit, progress_interval_s())
         return
     columns = (
         TextColumn(f"{escape(task)} [dim]{{task.description}}[/]"),

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from paraplan.cli import agent as agent_cli
@@ -28,6 +35,7 @@ from paraplan.cli.common import (
     handle_errors,
     model_from_options,
 )
+from paraplan.cli.progress import LineProgress, progress_interval_s
 from paraplan.cli.spec_options import TRAINING_OPTIONS, show_spec_defaults, spec_values
 from paraplan.cost.calibration import fitted_table
 from paraplan.errors import ConfigError
@@ -340,15 +348,23 @@ def _run(
         MofNCompleteColumn(),
         TextColumn("{task.fields[evaluated]:,} evaluated, {task.fields[rate]:,.0f}/s, best {task.fields[best]}"),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
         console=err_console,
         transient=True,
         disable=not show_progress,
     )
     task_id = progress.add_task("seed", total=None, evaluated=0, rate=0.0, best="-")
     started = False
+    lines = LineProgress(err_console, "tune", "candidates", progress_interval_s())  # a log: periodic lines
+    log = not err_console.is_terminal  # stderr: also with --json
 
     def update(u: ProgressUpdate) -> None:
         nonlocal started
+        if log:
+            if u.total:
+                lines(u.done, u.total, f"{u.phase}, {u.evaluated:,} evaluated")
+            return
         if not started and u.phase != "seed":  # start the display after the worker processes exist
             progress.start()
             started = True
