@@ -57,6 +57,12 @@ def test_lines_come_at_most_every_interval_and_at_the_end(monkeypatch: pytest.Mo
     lines = console.export_text().splitlines()
     # the first once 5 s have passed (unit 2), the next 30 s later (unit 5 at 140 s), then the end
     assert [line.split(" (")[0] for line in lines] == ["task: 2/6 units", "task: 5/6 units", "task: 6/6 units"]
+    quick = Console(record=True, width=200)
+    report = LineProgress(quick, "task", "units", interval_s=30.0)
+    for done in (1, 2, 3):
+        now[0] += 1.0
+        report(done, 3, "")
+    assert quick.export_text() == ""  # done in 3 s, before the first line was due: a log stays quiet
 
 
 def test_validate_tells_its_progress_on_stderr_and_json_stays_valid(public_csv: Path, tmp_path: Path) -> None:

@@ -105,7 +105,7 @@ def test_cli_decompose(public_csv) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "Time per micro-batch" in result.output and "Per-step time" in result.output
-    out = json.loads(runner.invoke(app, [*args, "--json"]).output)
+    out = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     (split,) = out["decomposition"]["sources"]
     assert split["source"] == "vTrain_MICRO24_single" and split["cells"] == len(out["decomposition"]["cells"]) > 0
     cell = out["decomposition"]["cells"][0]

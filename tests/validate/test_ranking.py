@@ -85,7 +85,7 @@ def test_validate_prints_and_emits_the_bins(public_csv) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "of runs of one job" in result.output and "apart" in result.output
-    out = json.loads(runner.invoke(app, [*args, "--json"]).output)
+    out = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert out["ranking_resolution"] and set(out["ranking_resolution"][0]) >= {"low_pct", "pairs", "agree_pct"}
 
 
@@ -94,7 +94,7 @@ def test_tune_says_how_sure_its_ordering_is() -> None:
     result = runner.invoke(app, [*args, "--top", "3"])
     assert result.exit_code == 0, result.output
     assert "vs #1" in result.output and "coin toss" in result.output
-    top = json.loads(runner.invoke(app, [*args, "--top", "3", "--json"]).output)["top"]
+    top = json.loads(runner.invoke(app, [*args, "--top", "3", "--json"]).stdout)["top"]
     assert top[0]["gap_to_best_pct"] == 0.0 and top[0]["best_measured_faster_pct"] is None
     assert top[1]["gap_to_best_pct"] >= 0.0 and 0.0 <= top[1]["best_measured_faster_pct"] <= 100.0
 

@@ -30,7 +30,7 @@ def test_every_complete_row_is_projected_or_listed(public_csv) -> None:
 def test_json_shape(public_csv) -> None:
     result = runner.invoke(app, ["validate", "--data", str(public_csv), "--source", "Korthikanti2022_Table5", "--json"])
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert set(out) >= {"rows", "skipped", "per_source", "mape_pct", "kendall_tau"}
     row = out["rows"][0]
     assert set(row) >= {"id", "source", "metric", "measured", "predicted", "error_pct", "assumed"}
@@ -96,7 +96,7 @@ def test_json_has_the_memory_section_and_the_fitted_sources_figure(public_csv) -
         app, ["validate", "--data", str(public_csv), "--source", "megatron_lm_functional_golden", "--json"]
     )
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert out["rows"] == [] and out["per_source"] == {}  # memory rows stay out of the step-time score
     memory = out["memory"]
     assert set(memory["per_source"]) == {"megatron_lm_functional_golden"}

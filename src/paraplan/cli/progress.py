@@ -1,6 +1,6 @@
 """Progress of a long command on stderr, never on stdout (where `--json` goes): a rich bar on a terminal, and in a
 log or a pipe one plain line every `interval_s` (the first after 5 s at most, once a unit has finished) and one at
-the end:
+the end (none at all for a run done within those first seconds):
 
     calibrate: 3/21 fits (without NeMo_perf_summary_24.07), 2m10s elapsed, about 13m left
 
@@ -74,7 +74,8 @@ class LineProgress:
         now = time.monotonic()
         wait_s = self.interval_s if self.last_line is not None else min(self.interval_s, FIRST_LINE_S)
         since = now - (self.last_line if self.last_line is not None else self.started)
-        if done > self.last_done and (since >= wait_s or done >= total):
+        finished = done >= total and (self.last_line is not None or now - self.started >= wait_s)
+        if done > self.last_done and (since >= wait_s or finished):  # a run quicker than the first line: silent
             text = progress_line(self.task, self.unit, done, total, now - self.started, label)
             self.console.print(escape(text), highlight=False, soft_wrap=True)
             self.last_line, self.last_done = now, done
