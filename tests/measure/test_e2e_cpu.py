@@ -125,16 +125,16 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
 
 
 def _misses(result: Outcome) -> list[str]:
-    """The checks below that the outcome misses (the all-reduce only when its samples are self-consistent)."""
+    """The checks below that the outcome misses, or cannot judge (all-reduce samples that miss their own line)."""
     misses = []
     projected = sum(result.parts[c][0] for c in ("gemm", "attention", "optimizer"))
     measured = sum(result.parts[c][1] for c in ("gemm", "attention", "optimizer"))
     if abs(projected / measured - 1) > PARTS_TOLERANCE:
         misses.append(f"profiled parts {projected / measured - 1:+.1%}")
     all_reduce_projected, all_reduce_measured = result.all_reduce
-    if result.link_error <= LINK_SELF_CONSISTENCY and abs(all_reduce_projected / all_reduce_measured - 1) > (
-        ALL_REDUCE_TOLERANCE
-    ):
+    if result.link_error > LINK_SELF_CONSISTENCY:  # the all-reduce check cannot judge: measure again too
+        misses.append(f"all-reduce samples {result.link_error:.0%} off their own line")
+    elif abs(all_reduce_projected / all_reduce_measured - 1) > ALL_REDUCE_TOLERANCE:
         misses.append(f"all-reduce {all_reduce_projected / all_reduce_measured - 1:+.1%}")
     misses += [f"world {w} step {r - 1:+.1%}" for w, r in result.ratios.items() if abs(r - 1) > TARGET]
     return misses
@@ -280,7 +280,7 @@ def test_all_reduce_matches_the_step(outcome: Outcome) -> None:
         pytest.skip(
             f"the all-reduce samples miss their own fitted line by up to {outcome.link_error:.0%}: gloo over "
             f"loopback was unstable during the measurement, so it cannot judge the projection "
-            f"(all-reduce {projected} vs {measured} s)"
+            f"(all-reduce {projected} vs {measured} s; {' | '.join(outcome.attempts)})"
         )
     _assert_unless_busy(
         abs(projected / measured - 1) <= ALL_REDUCE_TOLERANCE, f"all-reduce {projected} vs {measured}", outcome
