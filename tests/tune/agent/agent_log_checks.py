@@ -37,8 +37,10 @@ def check_kept_steps(name: str, run: AgentResult, problem: TuneProblem) -> None:
         assert step.validator_passed and step.memory_fits, (name, step)
         assert step.changes, (name, step)  # a kept step changed something, and says what
         assert step.incumbent_step_time_s == previous.step_time_s  # judged against the incumbent of its round
-        assert previous.memory_fits is False or step.step_time_s < previous.step_time_s or (
-            step.peak_gib < previous.peak_gib
+        assert (
+            previous.memory_fits is False
+            or step.step_time_s < previous.step_time_s
+            or (step.peak_gib < previous.peak_gib)
         )
         train = spec_from_json(step.spec)
         assert check(problem.model, system, train) == train  # the one validator, again
