@@ -42,7 +42,7 @@ def memory_bound() -> tuple[TuneProblem, TrainingSpec]:
 
 
 def _fired(name: str, d: Diagnosis) -> list[tuple[str, dict]]:
-    found = RULES[name].propose(d)
+    found = RULES[name].propose(d, []) if RULES[name].history else RULES[name].propose(d)
     assert found, f"{name} did not fire"
     for hypothesis, changes in found:
         assert hypothesis.strip() and changes

@@ -627,18 +627,26 @@ def moe_dispatch(d: Diagnosis) -> Proposals:
     return out
 
 
-@rule("moe_drop_and_pad", P.HOST_LAUNCH_BOUND)
-def moe_drop_and_pad(d: Diagnosis) -> Proposals:
+@rule("moe_drop_and_pad", P.HOST_LAUNCH_BOUND, history=True)
+def moe_drop_and_pad(d: Diagnosis, history: Sequence[AgentStep]) -> Proposals:
     """Dropless MoE waits on the host: every MoE layer copies its token counts to the host to size the dispatch
     (megatron-core token_dispatcher.py `_maybe_dtoh_and_synchronize`), so the host cannot queue ahead and CUDA graphs
     stop at the router. Padding each expert's input to its capacity (`--moe-pad-expert-input-to-capacity` with
     `--moe-expert-capacity-factor`) keeps the counts on the GPU, at the padded work. It CHANGES THE TRAINING: the
-    tokens past an expert's capacity are dropped; the hypothesis and the step's adjustments say so."""
+    tokens past an expert's capacity are dropped; the hypothesis and the step's adjustments say so. A factor the log
+    shows slower than its incumbent is not proposed again (the projection routes balanced tokens, so it cannot value
+    a larger factor's fewer dropped tokens: only its padded work)."""
     t = d.train
     share = d.share(P.HOST_LAUNCH_BOUND)
     if not d.model.is_moe or not t.moe_host_sync or t.framework not in MCORE or share < NOTABLE_SHARE:
         return []
     factors = [t.moe_expert_capacity_factor] if t.moe_expert_capacity_factor is not None else list(CAPACITY_FACTORS)
+    slower = {
+        s.requested.get("moe_expert_capacity_factor")
+        for s in history
+        if s.source == "moe_drop_and_pad" and s.reason.startswith("slower")
+    }
+    factors = [f for f in factors if f not in slower]
     graphs = ", and the CUDA graphs then capture the MoE layers too" if t.cuda_graph_scope != "none" else ""
     out: Proposals = []
     for factor in factors:
