@@ -21,7 +21,7 @@ from paraplan.tune.candidate import TuneProblem
 
 NEW_RULES = (
     "cuda_graphs", "moe_drop_and_pad", "optimizer_offload", "activation_offload", "precision_aware_optimizer",
-    "recompute_modules", "recompute_block",
+    "recompute_modules", "recompute_block", "recompute_layers",
 )  # fmt: skip
 
 
@@ -151,6 +151,22 @@ def test_partial_recompute(mixtral_recipe: Path) -> None:
     assert not any("recompute_num_layers" in c for _, c in RULES["recompute_less"].propose(uniform))
     _, notes = apply_changes(uniform.model, uniform.system, uniform.train, {"recompute": "none"})
     assert any("recompute_method back to block" in n for n in notes)  # the validator refuses uniform without full
+
+
+def test_recompute_by_layer_fills_each_stage(formats_data: Path) -> None:
+    """DeepSeek-V3's Megatron recipe recomputes 2 layers on each of its 16 stages; the later stages hold fewer
+    micro-batches in flight, so recompute by layer index keeps more of their activations."""
+    problem, start = recipe_start(formats_data / "megatron/deepseek_v3_args.txt", gpu="h100-sxm5-80gb", num_gpus=1024)
+    d = diagnose(problem, start.train)
+    assert (start.train.pp, start.train.recompute_num_layers) == (16, 2)
+    found = _fired("recompute_layers", d)
+    for hypothesis, changes in found:
+        assert "layers per stage" in hypothesis and len(changes["recompute_layer_ids"]) < 16 * 2
+        by_layer, _ = _judged(problem, d, changes)
+        assert by_layer.train.recompute_layer_ids == changes["recompute_layer_ids"]
+        assert by_layer.share(P.RECOMPUTE) < d.share(P.RECOMPUTE)
+    fills, _ = _judged(problem, d, found[0][1])
+    assert fills.fits and fills.step_time_s < d.step_time_s and fills.peak_gib > d.peak_gib
 
 
 def test_agent_keeps_a_cuda_graph_step_when_launch_bound() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.memory.model import GIB
 from paraplan.sim.breakdown import BreakdownPart as P
@@ -523,6 +523,71 @@ def recompute_block(d: Diagnosis) -> Proposals:
         for n in sorted({per_chunk // 2, per_chunk - 1}, reverse=True)
         if 0 < n < per_chunk
     ]
+
+
+def _rank_bytes(d: Diagnosis, train: TrainingSpec) -> tuple[float, ...] | None:
+    """Each pipeline rank's bytes on the GPU under another recompute setting (None when the validator refuses it)."""
+    from paraplan.errors import ConfigError
+    from paraplan.projection import project_specs
+
+    try:
+        memory = project_specs(d.model, d.system, train).memory
+    except ConfigError:
+        return None
+    return tuple(r.total_bytes for r in memory.ranks)
+
+
+@rule("recompute_layers", P.RECOMPUTE)
+def recompute_layers(d: Diagnosis) -> Proposals:
+    """Recompute by layer index (Primus `recompute_layer_ids`): under a pipeline the first stage holds the most
+    micro-batches in flight (pp under 1F1B, one on the last stage; Narayanan et al. 2021 section 2.2.1), so a block
+    count the same on every stage recomputes on the later stages what only the first needs. Per stage, the layers
+    whose activations its own headroom pays for are kept (each layer's cost on that rank: its bytes without
+    recompute less those with every layer recomputed, over its layers), the first others recomputed."""
+    t = d.train
+    share = d.share(P.RECOMPUTE)
+    if t.framework not in MCORE or t.recompute_granularity != "full" or t.pp < 2 or t.vpp > 1:
+        return []
+    if not d.fits or share < NOTABLE_SHARE or len(d.layout) != t.pp:
+        return []
+    reset = {"recompute_num_layers": None, "recompute_layer_ids": None, "recompute_method": "block"}
+    every = _rank_bytes(d, replace(t, **reset))  # type: ignore[arg-type]
+    none = _rank_bytes(d, replace(t, recompute_granularity="none", **reset))  # type: ignore[arg-type]
+    if every is None or none is None or len(every) != t.pp or len(none) != t.pp:
+        return []
+    usable = d.projection.memory.usable_bytes
+    out: Proposals = []
+    for margin in (0, 1):  # the estimate, and one more layer recomputed per stage
+        ids: list[int] = []
+        start = 0
+        for stage, layers in enumerate(d.layout):
+            per_layer = (none[stage] - every[stage]) / layers if layers else 0.0
+            room = usable - every[stage]
+            kept = layers if per_layer <= 0 else min(layers, max(0, int(room // per_layer) - margin))
+            ids += range(start, start + layers - kept)
+            start += layers
+        recomputed = tuple(ids)
+        if not recomputed or len(recomputed) == d.model.num_layers or recomputed == t.recompute_layer_ids:
+            continue
+        per_stage = [sum(1 for i in recomputed if a <= i < a + n) for a, n in _starts(d.layout)]
+        out.append(
+            (
+                f"full recomputation is {_pct(share)} of the step with the same count on every stage, but the later "
+                f"stages hold fewer micro-batches in flight; recomputing {per_stage} layers per stage (by layer "
+                "index) fills each stage's own headroom and recomputes less",
+                {"recompute_layer_ids": recomputed, "recompute_num_layers": None, "recompute_method": "block"},
+            )
+        )
+    return list(dict((str(c), (h, c)) for h, c in out).values())
+
+
+def _starts(layout: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(first layer, layer count) of each stage."""
+    out, start = [], 0
+    for n in layout:
+        out.append((start, n))
+        start += n
+    return out
 
 
 @rule("memory_pressure")
