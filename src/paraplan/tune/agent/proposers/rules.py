@@ -430,6 +430,8 @@ def precision_aware_optimizer(d: Diagnosis) -> Proposals:
     t = d.train
     if t.framework not in MCORE or t.precision == "fp32" or t.use_precision_aware_optimizer:
         return []
+    if t.offloaded_optimizer_fraction >= 1.0:  # every state and step on the host: nothing on the GPU to shrink
+        return []
     bf16 = knob_settings("optimizer_states", "bf16")
     freed = _optimizer_gib(d) / 3  # 4 of the 12 bytes per parameter
     head = f"bf16 Adam moments (a numerics change) free about {freed:.1f} GiB of optimizer states"
