@@ -21,6 +21,8 @@ def check_log_structure(name: str, run: AgentResult) -> None:
             assert step.incumbent_step_time_s is not None
         if step.status == "dropped" and step.validator == "passed":
             assert step.step_time_s is not None and step.memory
+        if (step.changes or {}).get("moe_pad_expert_input_to_capacity") == [False, True]:  # drops tokens: said
+            assert any(a.startswith("TRAINING SEMANTICS CHANGE") for a in step.adjustments), (name, step)
     lines = "\n".join(run.log_lines())
     for word in ("why:", "check: validator passed; memory fits"):
         assert word in lines, name

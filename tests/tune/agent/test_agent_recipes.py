@@ -24,6 +24,8 @@ def test_improves_at_least_three_published_recipes(recipe_runs: dict[str, AgentR
 def test_the_log_has_its_structure(recipe_runs: dict[str, AgentResult]) -> None:
     for name, run in recipe_runs.items():
         check_log_structure(name, run)
+    padded = recipe_runs["nemo/mixtral_8x7b_nemo2.yaml"]  # keeps drop-and-pad: its log line says what it drops
+    assert "adjusted: TRAINING SEMANTICS CHANGE: drop-and-pad MoE" in "\n".join(padded.log_lines())
 
 
 def test_every_kept_step_passed_the_validator_and_the_memory_model(
