@@ -207,7 +207,11 @@ def _post(url: str, body: bytes, headers: dict[str, str], timeout_s: float, max_
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     connection: http.client.HTTPConnection
     if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(host, port, timeout=timeout_s, context=ssl.create_default_context())
+        try:
+            context = ssl.create_default_context()
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError: unreadable system certificates
+            raise ProposerError("TLS setup", f"no TLS context ({type(exc).__name__}: {exc})") from None
+        connection = http.client.HTTPSConnection(host, port, timeout=timeout_s, context=context)
     else:
         connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
     watchdog = _Watchdog(time.monotonic() + timeout_s)

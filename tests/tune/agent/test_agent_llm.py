@@ -10,10 +10,10 @@ import pytest
 from paraplan.errors import ConfigError
 from paraplan.tune.agent import AgentOptions, run_agent
 from paraplan.tune.agent.diagnosis import diagnose
-from paraplan.tune.agent.proposers.llm import build_messages, llm_proposer, parse_reply
+from paraplan.tune.agent.proposers.llm import ChatProposer, build_messages, llm_proposer, parse_reply
 from paraplan.tune.agent.proposers.replay import read_transcript
 from paraplan.tune.agent.starts import recipe_start
-from paraplan.tune.proposer import LLMConfig, LLMProposer
+from paraplan.tune.proposer import LLMConfig, LLMProposer, ProposerError
 
 TRANSCRIPT = [
     # 1: prose around a fenced list: one proposal kept (recompute is 23% of the step with 55 GiB free), one refused
@@ -113,7 +113,7 @@ def test_live_transport_sees_the_breakdown_and_never_the_key(
         try:
             return next(replies)
         except StopIteration:
-            raise OSError(f"connection refused (Authorization: Bearer {SECRET})") from None
+            raise ProposerError("unreachable", f"connection refused (Authorization: Bearer {SECRET})") from None
 
     monkeypatch.setattr(LLMProposer, "_chat", chat)
     config = LLMConfig(url="http://127.0.0.1:9/v1", model="m", api_key=SECRET)
@@ -162,3 +162,31 @@ def test_odd_replies_are_judged_not_crashed_on(mixtral_recipe: Path, tmp_path: P
     assert same.status == "skipped" and same.reason == "already judged at #0"
     assert dispatcher.reason == "illegal" and "deepep" in dispatcher.validator
     assert result.proposals == 4 and not result.path
+
+
+def test_a_transport_failure_is_logged_and_the_run_goes_on(mixtral_recipe: Path) -> None:
+    """The transport raises `ProposerError` for every failure (`LLMProposer._chat`): the round logs it and the next
+    round asks again; any other exception is a bug and is not swallowed."""
+    problem, start = recipe_start(mixtral_recipe, gpu="h100-sxm5-80gb")
+    calls = iter(
+        [ProposerError("timeout", "LLM endpoint http://127.0.0.1:9: no complete reply within 60 s"),
+         '{"hypothesis": "recompute is a quarter of the step", "changes": {"recompute": "selective"}}']
+    )  # fmt: skip
+
+    def chat(messages: list[dict[str, str]]) -> str:
+        item = next(calls)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    result = run_agent(problem, [start], AgentOptions(budget=5), proposer=ChatProposer(chat))
+    error, kept = result.steps[1], result.path[0]
+    assert error.kind == "error" and error.round == 1 and "(timeout)" in error.hypothesis and error.reason
+    assert kept.round == 2 and kept.changes["recompute_granularity"] == ["full", "selective"]
+    assert "LLM call failed (timeout)" in "\n".join(result.log_lines())
+
+    def broken(messages: list[dict[str, str]]) -> str:
+        raise KeyError("a bug, not a transport failure")
+
+    with pytest.raises(KeyError):
+        run_agent(problem, [start], AgentOptions(budget=5), proposer=ChatProposer(broken))

@@ -4,7 +4,9 @@ A proposal names `TrainingSpec` fields (or their short aliases) and new values. 
 the global batch, the sequence length, the precision and the framework are the recipe's decisions, not knobs
 (a change of precision changes the numerics, not only the speed). What follows from a change is adjusted and said:
 data parallelism takes the GPUs the model-parallel axes leave, a new pipeline shape gets a split that fits it,
-flags that need tp > 1 drop at tp = 1, and a layer count for full recompute goes with full recompute.
+flags that need tp > 1 drop at tp = 1, and what only one recompute granularity takes (a layer count, a method, layer
+ids, modules) goes with it. A change to the training itself, not only its speed (drop-and-pad MoE drops tokens; the
+precision-aware optimizer keeps lower-precision states), is said in the step's adjustments whoever proposed it.
 """
 
 from __future__ import annotations
@@ -77,7 +79,50 @@ def apply_changes(
     if changed.recompute_granularity != "full" and changed.recompute_num_layers is not None:
         changed = replace(changed, recompute_num_layers=None)
         notes.append("recompute_num_layers dropped (only full recompute takes it)")
+    changed, cleared = _recompute_cleared(changed, wanted)
+    notes += cleared
+    notes += semantics_notes(train, changed)
     return changed, notes
+
+
+def _recompute_cleared(train: TrainingSpec, wanted: dict[str, Any]) -> tuple[TrainingSpec, list[str]]:
+    """The settings only one recompute granularity takes, back to their defaults under another (unless the proposal
+    names them: then the validator judges them), and the notes saying so."""
+    values: dict[str, Any] = {}
+    notes: list[str] = []
+    if train.recompute_granularity != "full":
+        if train.recompute_method != "block" and "recompute_method" not in wanted:
+            values["recompute_method"] = "block"
+            notes.append("recompute_method back to block (only full recompute takes a method)")
+        if train.recompute_layer_ids is not None and "recompute_layer_ids" not in wanted:
+            values["recompute_layer_ids"] = None
+            notes.append("recompute_layer_ids dropped (only full recompute takes them)")
+    if train.recompute_granularity != "selective" and train.recompute_modules is not None:
+        if "recompute_modules" not in wanted:
+            values["recompute_modules"] = None
+            notes.append("recompute_modules dropped (only selective recompute takes them)")
+    return replace(train, **values), notes
+
+
+def semantics_notes(before: TrainingSpec, after: TrainingSpec) -> list[str]:
+    """What a change does to the training itself, not only to its speed: said in the log of every step that makes
+    it, whoever proposed it."""
+    notes = []
+    if after.moe_pad_expert_input_to_capacity and not before.moe_pad_expert_input_to_capacity:
+        notes.append(
+            f"TRAINING SEMANTICS CHANGE: drop-and-pad MoE (capacity factor {after.moe_expert_capacity_factor}) drops "
+            "the tokens routed past an expert's capacity, where dropless routing keeps every token"
+        )
+    low = [
+        f"{name} {getattr(after, name)}"
+        for name in ("main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+        if after.use_precision_aware_optimizer
+        and getattr(after, name) != "fp32"
+        and (getattr(before, name) != getattr(after, name) or not before.use_precision_aware_optimizer)
+    ]
+    if low:
+        notes.append(f"NUMERICS CHANGE: the optimizer keeps {', '.join(low)} instead of fp32")
+    return notes
 
 
 def _split_text(split: dict[str, object]) -> str:

@@ -4,7 +4,9 @@ Each round it is shown the model, the cluster, the incumbent's full training spe
 time goes), memory and stages, and the log so far, and asked for JSON: `{"hypothesis": ..., "changes": {field:
 value}}` or a list of them. The transport is `tune.proposer.LLMProposer._chat` (the endpoint, the key from
 `PARAPLAN_LLM_API_KEY`); nothing is contacted unless a URL is configured. The key is never put in a prompt, a log
-line, the study file or an error text. A reply that holds no such JSON is logged and skipped.
+line, the study file or an error text. A reply that holds no such JSON is logged and skipped; a failed call (a
+`ProposerError`, the only exception the transport raises) is logged and the run goes on. Anything else is a bug in
+paraplan and is raised.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from paraplan.errors import ConfigError
 from paraplan.tune.agent.changes import FIXED_FIELDS, spec_to_json
 from paraplan.tune.agent.diagnosis import Diagnosis
 from paraplan.tune.agent.proposers import Proposal, ProposalRound
-from paraplan.tune.proposer import API_KEY_ENV, LLMConfig, LLMProposer
+from paraplan.tune.proposer import API_KEY_ENV, LLMConfig, LLMProposer, ProposerError
 
 URL_ENV = "PARAPLAN_LLM_URL"
 MODEL_ENV = "PARAPLAN_LLM_MODEL"
@@ -132,9 +134,9 @@ class ChatProposer:
             reply = self.chat(build_messages(incumbent, history))
         except StopIteration:
             return ProposalRound(exhausted=True)
-        except Exception as exc:  # noqa: BLE001 - any transport failure is a logged problem, never a crash
+        except ProposerError as exc:  # the transport's every failure (`LLMProposer._chat`): logged, never a crash
             self.failures += 1
-            message = self._redact(f"LLM call failed: {type(exc).__name__}: {exc}")
+            message = self._redact(f"LLM call failed ({exc.kind}): {exc}")
             return ProposalRound(problems=[message], exhausted=self.failures >= MAX_FAILURES)
         self.failures = 0
         if self.record is not None:

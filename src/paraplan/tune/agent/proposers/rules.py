@@ -8,16 +8,19 @@ The proposer orders a round's proposals by the share of the step the part they a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from paraplan.memory.model import GIB
 from paraplan.sim.breakdown import BreakdownPart as P
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
+from paraplan.specs.training import TrainingSpec
 from paraplan.tune.agent.diagnosis import Diagnosis
 from paraplan.tune.agent.layout import balanced, move_one_layer
 from paraplan.tune.agent.proposers import Proposal, ProposalRound
 from paraplan.tune.agent.record import AgentStep
-from paraplan.tune.candidate import pipeline_split
+from paraplan.tune.candidate import knob_settings, pipeline_split
 
 NOTABLE_SHARE = 0.02
 """A part under 2% of the step is not worth a proposal."""
@@ -26,7 +29,18 @@ IMBALANCE = 1.02
 """Heaviest stage over the mean stage busy time above which the layout is rebalanced."""
 ROOMY_HEADROOM = 0.25
 """Share of the usable HBM left free above which a rule may trade memory for speed."""
+NEAR_HEADROOM = 0.10
+"""Share of the usable HBM left free below which memory is near the limit: a memory saver that costs less than
+recomputation may pay for recomputing less."""
 MEGATRON_FAMILY = frozenset({"megatron-lm", "nemo-megatron", "megatron-deepspeed"})
+MCORE = frozenset({"megatron-lm", "nemo-megatron"})
+"""Frameworks on megatron-core, whose knobs (CUDA graphs, drop-and-pad, recompute modules, CPU offload, the
+precision-aware optimizer) the production-knob rules turn."""
+OFFLOAD_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+"""Optimizer offload shares tried: the smallest that frees the overflow (Megatron `--optimizer-offload-fraction`)."""
+CAPACITY_FACTORS = (1.0, 1.25)
+"""Drop-and-pad capacity factors tried: 1.0 pads nothing past the balanced load; 1.25 drops fewer tokens at 25% more
+padded expert work (the range of Fedus et al. 2021, Switch Transformer section 2.2)."""
 FRAMEWORK_FORMAT = {"megatron-lm": "megatron", "nemo-megatron": "megatron", "torchtitan": "torchtitan"}
 """Which `PipelineSchedule.framework_names` key says a framework runs a schedule."""
 
@@ -284,16 +298,297 @@ def recompute_less(d: Diagnosis) -> Proposals:
         out.append(
             (head + "selective recomputation keeps all but attention's core", {"recompute_granularity": "selective"})
         )
-        for fewer in sorted({layers // 2, layers - 1}, reverse=True):
+        uniform_runs = t.recompute_method == "uniform" and t.recompute_num_layers is not None
+        for fewer in [] if uniform_runs else sorted({layers // 2, layers - 1}, reverse=True):  # runs: recompute_block
             if 0 < fewer < layers:
                 out.append(
                     (
                         head + f"recomputing {fewer} layers per chunk instead of {layers} keeps the rest",
-                        {"recompute_granularity": "full", "recompute_num_layers": fewer},
+                        {"recompute_granularity": "full", "recompute_num_layers": fewer, "recompute_method": "block"},
                     )
                 )
     elif t.recompute_granularity == "selective":
         out.append((head + "no recomputation keeps every activation", {"recompute_granularity": "none"}))
+    return out
+
+
+def _optimizer_gib(d: Diagnosis) -> float:
+    """The optimizer states on the GPU at the peak."""
+    return d.projection.memory.peak.parts.get("optimizer", 0.0) / GIB
+
+
+def _recompute_one_less(t: TrainingSpec) -> tuple[str, dict[str, object]] | None:
+    """(text, changes) of the next lighter recomputation, None when there is none."""
+    if t.recompute_granularity == "full":
+        return "selective recomputation instead of full", {"recompute_granularity": "selective"}
+    if t.recompute_granularity == "selective":
+        return "no recomputation", {"recompute_granularity": "none"}
+    return None
+
+
+def _tight(d: Diagnosis) -> str:
+    """The memory verdict in words for a hypothesis."""
+    if not d.fits:
+        return f"the peak of {d.peak_gib:.1f} GiB is over the usable {d.usable_gib:.1f} GiB"
+    return f"only {d.headroom_gib:.1f} GiB of {d.usable_gib:.1f} GiB is free"
+
+
+@rule("optimizer_offload", P.OPTIMIZER, P.RECOMPUTE)
+def optimizer_offload(d: Diagnosis) -> Proposals:
+    """Memory over or near the limit: move a share of the optimizer states and their Adam step to the host (Megatron
+    `--optimizer-cpu-offload --optimizer-offload-fraction`, torchtitan FSDP2 CPUOffloadPolicy). It costs the host
+    link and the CPU step (`cost.offload`), no recomputation: over the limit the smallest share that frees the
+    overflow; near it, the share that lets the step recompute less."""
+    t = d.train
+    on_gpu = 1.0 - t.offloaded_optimizer_fraction
+    states = _optimizer_gib(d) / on_gpu if on_gpu > 0 else 0.0  # every state's GiB, were none offloaded
+    fsdp_offload = t.framework == "torchtitan" and t.shards_params  # FSDP2 CPUOffloadPolicy
+    if (t.framework not in MCORE and not fsdp_offload) or states <= 0 or d.headroom_share >= NEAR_HEADROOM:
+        return []
+    head = f"{_tight(d)} and the optimizer states hold {_optimizer_gib(d):.1f} GiB; "
+    out: Proposals = []
+    if not d.fits:
+        over = -d.headroom_gib
+        share = next((f for f in OFFLOAD_FRACTIONS if f > t.offloaded_optimizer_fraction and f * states >= over), 1.0)
+        if share > t.offloaded_optimizer_fraction:
+            out.append(
+                (
+                    head + f"offloading {share:g} of them to the host frees about {(share - 1 + on_gpu) * states:.1f}"
+                    f" GiB without recomputing anything (the gradients go down and the parameters come back over the "
+                    f"{d.system.gpu.host_link_gbps:g} GB/s host link)",
+                    knob_settings("optimizer_offload", share),
+                )
+            )
+        return out
+    lighter = _recompute_one_less(t)
+    if lighter is None or t.optimizer_cpu_offload:
+        return []
+    text, less = lighter
+    for share in (0.5, 1.0):
+        out.append(
+            (
+                head + f"recomputation is {_pct(d.share(P.RECOMPUTE))} of the step; offloading {share:g} of the "
+                f"optimizer states frees about {share * states:.1f} GiB, which may pay for {text}",
+                {**knob_settings("optimizer_offload", share), **less},
+            )
+        )
+    return out
+
+
+@rule("activation_offload", P.RECOMPUTE)
+def activation_offload(d: Diagnosis) -> Proposals:
+    """Memory over or near the limit without a pipeline: the saved activations of the first N layers go to the host
+    during the forward and come back for the backward, each copy beside the next layer's compute (Megatron
+    `--cpu-offloading-num-layers`, TransformerEngine `get_cpu_offload_context`), in place of recomputation. Megatron
+    allows it with pp 1, no recompute and no CUDA graphs, N below the layer count."""
+    t = d.train
+    layers = d.model.num_layers
+    if t.framework not in MCORE or t.pp > 1 or t.cpu_offloading_num_layers or d.headroom_share >= NEAR_HEADROOM:
+        return []
+    if t.cuda_graph_scope != "none" or layers < 2:
+        return []
+    activations = d.projection.memory.peak.parts.get("activations", 0.0) / GIB
+    head = f"{_tight(d)} and the activations hold {activations:.1f} GiB; "
+    link = f"over the {d.system.gpu.host_link_gbps:g} GB/s host link, hidden where a layer's compute is longer"
+    if t.recompute_granularity == "none":
+        if d.fits or activations <= 0:
+            return []
+        over = -d.headroom_gib
+        need = min(layers - 1, max(1, math.ceil(over / (activations / layers))))
+        counts = sorted({need, min(layers - 1, 2 * need)})
+        return [
+            (
+                head + f"offloading the activations of the first {n} layers (about {n * activations / layers:.1f} "
+                f"GiB) to the host frees them without recomputing anything, the copies {link}",
+                {"cpu_offloading_num_layers": n},
+            )
+            for n in counts
+        ]
+    if not d.fits:
+        return []
+    share = d.share(P.RECOMPUTE)
+    if share < NOTABLE_SHARE:
+        return []
+    return [
+        (
+            head + f"recomputation is {_pct(share)} of the step; keeping every activation but offloading those of the "
+            f"first {n} layers may cost less than recomputing, the copies {link}",
+            {"recompute_granularity": "none", "cpu_offloading_num_layers": n},
+        )
+        for n in sorted({max(1, layers // 4), max(1, layers // 2)})
+    ]
+
+
+@rule("precision_aware_optimizer", P.OPTIMIZER)
+def precision_aware_optimizer(d: Diagnosis) -> Proposals:
+    """Adam's moments in bf16 through Megatron's precision-aware optimizer (TransformerEngine FusedAdam,
+    `--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`; DeepSeek-V3 trained so, its
+    report's "Low-Precision Storage and Communication"): 8 of the 12 bytes of states per parameter become 4, and the
+    step moves 26 bytes per parameter instead of 34 (`cost.offload.adam_bytes_per_param`). Over or near the limit it
+    saves memory before any recomputation; otherwise it is offered for the optimizer step's time. A numerics change,
+    which the log says."""
+    t = d.train
+    if t.framework not in MCORE or t.precision == "fp32" or t.use_precision_aware_optimizer:
+        return []
+    if t.offloaded_optimizer_fraction >= 1.0:  # every state and step on the host: nothing on the GPU to shrink
+        return []
+    bf16 = knob_settings("optimizer_states", "bf16")
+    freed = _optimizer_gib(d) / 3  # 4 of the 12 bytes per parameter
+    head = f"bf16 Adam moments (a numerics change) free about {freed:.1f} GiB of optimizer states"
+    if not d.fits:
+        return [(f"{_tight(d)}; {head} without recomputing anything", bf16)]
+    out: Proposals = []
+    lighter = _recompute_one_less(t)
+    if d.headroom_share < ROOMY_HEADROOM and lighter is not None and d.share(P.RECOMPUTE) >= NOTABLE_SHARE:
+        text, less = lighter
+        out.append(
+            (
+                f"recomputation is {_pct(d.share(P.RECOMPUTE))} of the step and {_tight(d)}; {head}, which may pay "
+                f"for {text}",
+                {**bf16, **less},
+            )
+        )
+    share = d.share(P.OPTIMIZER)
+    if share >= NOTABLE_SHARE / 2:
+        out.append(
+            (
+                f"the optimizer step is {_pct(share)} of the step; {head} and the memory-bound step moves 26 bytes per "
+                "parameter instead of 34",
+                bf16,
+            )
+        )
+    return out
+
+
+def _cheap_modules(d: Diagnosis, heavy: bool = False) -> list[tuple[str, ...]]:
+    """`--recompute-modules` sets from the cheapest to recompute: the memory-bound outputs first (norms, the MoE
+    activation, MLA's up-projections: no GEMM redone), then with attention's core; `heavy`: then the MLP or MoE
+    checkpointed whole (nearly full recompute's cost: only worth it to fit)."""
+    model = d.model
+    light = ("layernorm", *(("moe_act",) if model.is_moe else ()), *(("mla_up_proj",) if model.is_mla else ()))
+    sets = [light, ("core_attn", *light)]
+    if heavy:
+        sets.append((*light, "moe" if model.is_moe else "mlp"))
+    return sets
+
+
+@rule("recompute_modules", P.RECOMPUTE)
+def recompute_modules(d: Diagnosis) -> Proposals:
+    """Full recompute redoes every layer's forward; selective recompute of named modules (megatron-core 0.16
+    `--recompute-modules`) drops and redoes only those: the memory-bound outputs (layernorm, moe_act, mla_up_proj)
+    cost no GEMM, `mlp`/`moe` checkpoint the module. With memory to spare, the lighter sets; over the limit without
+    recompute, the same sets before full recompute."""
+    t = d.train
+    share = d.share(P.RECOMPUTE)
+    if t.framework not in MCORE or t.cpu_offloading_num_layers:
+        return []
+    if t.recompute_granularity == "full" and d.fits and share >= NOTABLE_SHARE / 2:
+        head = f"full recomputation is {_pct(share)} of the step and {d.headroom_gib:.1f} GiB of HBM is free; "
+        return [
+            (
+                head + f"recomputing only {', '.join(m)} keeps the rest of each layer's activations",
+                {"recompute_granularity": "selective", "recompute_modules": m},
+            )
+            for m in _cheap_modules(d)
+        ]
+    if t.recompute_granularity == "none" and not d.fits:
+        return [
+            (
+                f"{_tight(d)}; recomputing only {', '.join(m)} drops their activations at less recompute than full",
+                {"recompute_granularity": "selective", "recompute_modules": m},
+            )
+            for m in _cheap_modules(d, heavy=True)
+        ]
+    return []
+
+
+@rule("recompute_block", P.RECOMPUTE)
+def recompute_block(d: Diagnosis) -> Proposals:
+    """Megatron's uniform method recomputes every layer (runs of `recompute_num_layers` checkpointed at their input);
+    the block method recomputes only the first N layers of each stage and keeps the rest (megatron-core
+    TransformerBlock._checkpointed_forward): with memory to spare, fewer recomputed layers."""
+    t = d.train
+    share = d.share(P.RECOMPUTE)
+    uniform_runs = t.recompute_method == "uniform" and t.recompute_num_layers is not None
+    if t.recompute_granularity != "full" or not uniform_runs or not d.fits or share < NOTABLE_SHARE / 2:
+        return []
+    per_chunk = max(d.layout) if t.pp > 1 else d.model.num_layers
+    head = (
+        f"the uniform method recomputes every layer ({_pct(share)} of the step) and {d.headroom_gib:.1f} GiB of HBM "
+        "is free; "
+    )
+    return [
+        (
+            head + f"the block method recomputing {n} of each stage's {per_chunk} layers keeps the others' activations",
+            {"recompute_method": "block", "recompute_num_layers": n, "recompute_granularity": "full"},
+        )
+        for n in sorted({per_chunk // 2, per_chunk - 1}, reverse=True)
+        if 0 < n < per_chunk
+    ]
+
+
+def _rank_bytes(d: Diagnosis, train: TrainingSpec) -> tuple[float, ...] | None:
+    """Each pipeline rank's bytes on the GPU under another recompute setting (None when the validator refuses it)."""
+    from paraplan.errors import ConfigError
+    from paraplan.projection import project_specs
+
+    try:
+        memory = project_specs(d.model, d.system, train).memory
+    except ConfigError:
+        return None
+    return tuple(r.total_bytes for r in memory.ranks)
+
+
+@rule("recompute_layers", P.RECOMPUTE)
+def recompute_layers(d: Diagnosis) -> Proposals:
+    """Recompute by layer index (Primus `recompute_layer_ids`): under a pipeline the first stage holds the most
+    micro-batches in flight (pp under 1F1B, one on the last stage; Narayanan et al. 2021 section 2.2.1), so a block
+    count the same on every stage recomputes on the later stages what only the first needs. Per stage, the layers
+    whose activations its own headroom pays for are kept (each layer's cost on that rank: its bytes without
+    recompute less those with every layer recomputed, over its layers), the first others recomputed."""
+    t = d.train
+    share = d.share(P.RECOMPUTE)
+    if t.framework not in MCORE or t.recompute_granularity != "full" or t.pp < 2 or t.vpp > 1:
+        return []
+    if not d.fits or share < NOTABLE_SHARE or len(d.layout) != t.pp:
+        return []
+    reset = {"recompute_num_layers": None, "recompute_layer_ids": None, "recompute_method": "block"}
+    every = _rank_bytes(d, replace(t, **reset))  # type: ignore[arg-type]
+    none = _rank_bytes(d, replace(t, recompute_granularity="none", **reset))  # type: ignore[arg-type]
+    if every is None or none is None or len(every) != t.pp or len(none) != t.pp:
+        return []
+    usable = d.projection.memory.usable_bytes
+    out: Proposals = []
+    for margin in (0, 1):  # the estimate, and one more layer recomputed per stage
+        ids: list[int] = []
+        start = 0
+        for stage, layers in enumerate(d.layout):
+            per_layer = (none[stage] - every[stage]) / layers if layers else 0.0
+            room = usable - every[stage]
+            kept = layers if per_layer <= 0 else min(layers, max(0, int(room // per_layer) - margin))
+            ids += range(start, start + layers - kept)
+            start += layers
+        recomputed = tuple(ids)
+        if not recomputed or len(recomputed) == d.model.num_layers or recomputed == t.recompute_layer_ids:
+            continue
+        per_stage = [sum(1 for i in recomputed if a <= i < a + n) for a, n in _starts(d.layout)]
+        out.append(
+            (
+                f"full recomputation is {_pct(share)} of the step with the same count on every stage, but the later "
+                f"stages hold fewer micro-batches in flight; recomputing {per_stage} layers per stage (by layer "
+                "index) fills each stage's own headroom and recomputes less",
+                {"recompute_layer_ids": recomputed, "recompute_num_layers": None, "recompute_method": "block"},
+            )
+        )
+    return list(dict((str(c), (h, c)) for h, c in out).values())
+
+
+def _starts(layout: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(first layer, layer count) of each stage."""
+    out, start = [], 0
+    for n in layout:
+        out.append((start, n))
+        start += n
     return out
 
 
@@ -397,6 +692,67 @@ def moe_dispatch(d: Diagnosis) -> Proposals:
             )
         )
     return out
+
+
+@rule("moe_drop_and_pad", P.HOST_LAUNCH_BOUND, history=True)
+def moe_drop_and_pad(d: Diagnosis, history: Sequence[AgentStep]) -> Proposals:
+    """Dropless MoE waits on the host: every MoE layer copies its token counts to the host to size the dispatch
+    (megatron-core token_dispatcher.py `_maybe_dtoh_and_synchronize`), so the host cannot queue ahead and CUDA graphs
+    stop at the router. Padding each expert's input to its capacity (`--moe-pad-expert-input-to-capacity` with
+    `--moe-expert-capacity-factor`) keeps the counts on the GPU, at the padded work. It CHANGES THE TRAINING: the
+    tokens past an expert's capacity are dropped; the hypothesis and the step's adjustments say so. A factor the log
+    shows slower than its incumbent is not proposed again (the projection routes balanced tokens, so it cannot value
+    a larger factor's fewer dropped tokens: only its padded work)."""
+    t = d.train
+    share = d.share(P.HOST_LAUNCH_BOUND)
+    if not d.model.is_moe or not t.moe_host_sync or t.framework not in MCORE or share < NOTABLE_SHARE:
+        return []
+    factors = [t.moe_expert_capacity_factor] if t.moe_expert_capacity_factor is not None else list(CAPACITY_FACTORS)
+    slower = {
+        s.requested.get("moe_expert_capacity_factor")
+        for s in history
+        if s.source == "moe_drop_and_pad" and s.reason.startswith("slower")
+    }
+    factors = [f for f in factors if f not in slower]
+    graphs = ", and the CUDA graphs then capture the MoE layers too" if t.cuda_graph_scope != "none" else ""
+    out: Proposals = []
+    for factor in factors:
+        why = (
+            f"host launch waits are {_pct(share)} of the step and each of the {d.model.num_moe_layers} MoE layers "
+            f"waits for its token counts on the host (dropless dispatch); padding every expert's input to a capacity "
+            f"factor of {factor:g} keeps them on the GPU so the host queues ahead{graphs}, at {factor:g}x the "
+            "balanced expert work. This CHANGES THE TRAINING SEMANTICS: tokens routed past an expert's capacity are "
+            "dropped"
+        )
+        out.append((why, knob_settings("moe_capacity", factor)))
+    return out
+
+
+@rule("cuda_graphs", P.HOST_LAUNCH_BOUND)
+def cuda_graphs(d: Diagnosis) -> Proposals:
+    """The GPU waiting on the host's kernel launches: capture them as CUDA graphs (Megatron `--cuda-graph-impl` with
+    `--cuda-graph-scope`, NeMo `enable_cuda_graph`). Each decoder layer first (one launch per layer's forward and
+    backward), then the whole iteration (the micro-batch loop's Python too). Full recompute runs only under the
+    full-iteration scope, activation offload under none (megatron-core TransformerConfig). A dropless MoE layer
+    stays eager from its router on (its token counts reach the host): `moe_drop_and_pad` lifts that."""
+    t = d.train
+    share = d.share(P.HOST_LAUNCH_BOUND)
+    if t.framework not in MCORE or share < NOTABLE_SHARE or t.cpu_offloading_num_layers:
+        return []
+    head = f"the GPU waits on the host's kernel launches for {_pct(share)} of the step; "
+    eager = (
+        "; the MoE layers stay eager from the router on (dropless: their token counts reach the host)"
+        if d.model.is_moe and t.moe_host_sync
+        else ""
+    )
+    if t.cuda_graph_scope == "none" and t.recompute_granularity != "full":
+        why = head + "capturing each decoder layer's forward and backward as a CUDA graph makes its launches one"
+        return [(why + eager, {"cuda_graph_scope": "layer"})]
+    if t.cuda_graph_scope == "full_iteration":
+        return []
+    what = "each layer is captured already" if t.cuda_graph_scope == "layer" else "full recompute allows no other scope"
+    why = head + f"{what}; capturing the whole iteration also drops the per-micro-batch Python between them"
+    return [(why + eager, {"cuda_graph_scope": "full_iteration"})]
 
 
 @rule("loss_fusion", P.FORWARD_COMPUTE, P.BACKWARD_COMPUTE)
