@@ -8,6 +8,7 @@ LM head counted on the last stage.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 from paraplan.graph import kinds as K
@@ -48,6 +49,15 @@ def balanced_layout(model: ModelSpec, stages: int, seq: int = 4096) -> tuple[int
     """Decoder layers per model stage, contiguous and at least one each, minimising the heaviest stage's forward work
     (the embedding on the first stage, the head on the last); None when there are fewer layers than stages."""
     work, first, last = layer_work(model, seq)
+    return min_max_split(work, stages, first, last)
+
+
+def min_max_split(
+    work: Sequence[float], stages: int, first_extra: float = 0.0, last_extra: float = 0.0
+) -> tuple[int, ...] | None:
+    """The contiguous split of `work` (one entry per layer) into `stages` stages of at least one layer each whose
+    heaviest stage is lightest, `first_extra` counted on the first stage and `last_extra` on the last (dynamic
+    programme over split points, O(stages x layers^2)); None when there are fewer layers than stages."""
     n = len(work)
     if stages < 1 or n < stages:
         return None
@@ -56,7 +66,7 @@ def balanced_layout(model: ModelSpec, stages: int, seq: int = 4096) -> tuple[int
         prefix.append(prefix[-1] + w)
 
     def load(start: int, end: int, stage: int) -> float:
-        extra = (first if stage == 0 else 0.0) + (last if stage == stages - 1 else 0.0)
+        extra = (first_extra if stage == 0 else 0.0) + (last_extra if stage == stages - 1 else 0.0)
         return prefix[end] - prefix[start] + extra
 
     # best[s][i]: the least heaviest load of stages 0..s-1 holding the first i layers; cut[s][i] the last start

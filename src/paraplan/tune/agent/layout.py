@@ -9,43 +9,14 @@ and the loss for the same reason.
 
 from __future__ import annotations
 
+from paraplan.graph.balance import min_max_split
 from paraplan.tune.agent.diagnosis import LayerCosts
 
 
 def balanced(costs: LayerCosts, stages: int) -> tuple[int, ...] | None:
-    """The contiguous split into `stages` stages of at least one layer each whose heaviest stage is lightest
-    (dynamic programme over split points, O(stages x layers^2)); None when there are fewer layers than stages."""
-    work = costs.layers_s
-    n = len(work)
-    if stages < 1 or n < stages:
-        return None
-    prefix = [0.0]
-    for w in work:
-        prefix.append(prefix[-1] + w)
-
-    def load(start: int, end: int, stage: int) -> float:
-        extra = (costs.embedding_s if stage == 0 else 0.0) + (costs.head_s if stage == stages - 1 else 0.0)
-        return prefix[end] - prefix[start] + extra
-
-    inf = float("inf")
-    # best[s][i]: the lightest heaviest stage placing the first i layers on stages 0..s
-    best = [[inf] * (n + 1) for _ in range(stages)]
-    cut = [[0] * (n + 1) for _ in range(stages)]
-    for i in range(1, n - stages + 2):
-        best[0][i] = load(0, i, 0)
-    for s in range(1, stages):
-        for i in range(s + 1, n - (stages - s - 1) + 1):
-            for j in range(s, i):
-                value = max(best[s - 1][j], load(j, i, s))
-                if value < best[s][i]:
-                    best[s][i], cut[s][i] = value, j
-    counts, end = [], n
-    for s in range(stages - 1, 0, -1):
-        start = cut[s][end]
-        counts.append(end - start)
-        end = start
-    counts.append(end)
-    return tuple(reversed(counts))
+    """The contiguous split into `stages` stages of at least one layer each whose heaviest stage is lightest, from
+    the layers' projected costs (`graph.balance.min_max_split`); None when there are fewer layers than stages."""
+    return min_max_split(costs.layers_s, stages, costs.embedding_s, costs.head_s)
 
 
 def move_one_layer(costs: LayerCosts, layout: tuple[int, ...]) -> tuple[int, ...] | None:
