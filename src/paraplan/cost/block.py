@@ -316,7 +316,13 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
     it and the one before has finished (finish = max(previous finish, issue) + GPU time). Small kernels
     make a phase launch-bound (PyTorch eager), and a phase that mixes both pays the host time of the ops
     before its long kernels as well. MoE layers after the token-count device-to-host sync of Megatron's
-    all-to-all dispatcher cannot run ahead: there the host waits for the GPU before each op.
+    all-to-all dispatcher cannot run ahead: there the host waits for the GPU before each op. That is a fitted
+    stand-in, not the dispatcher's literal behaviour: megatron-core 0.16.1 (`MoEAlltoAllTokenDispatcher`,
+    `cuda_sync_point`) waits once per forward and never in backward. Modelled literally (one wait at the EP
+    dispatch, then the usual queue), the Megatron-Bridge MoE rows came out faster and more scattered, and refitting
+    `host_launch_s` alone (20-60 us) did not recover them: best at 30 us, MoE MAPE 17.9% on 25.11 (15.2% with this
+    rule) and 23.5% on 26.02 (20.1%); waiting per op in forward only scored 15.1% / 21.3% at 30 us. The host work
+    the per-op wait stands for is not in the graph (TE GroupedLinear's per-expert Python, the router's small ops).
 
     The phase is timed from an empty queue. When n identical phases follow each other in one queue (the layers
     of a pipeline stage), the last finishes at T1 + (n - 1) * max(host, GPU) (the max-plus closed form of the

@@ -117,7 +117,12 @@ ERAS: tuple[DefaultsEra, ...] = (
         # `set_precision_configs`: `grad_reduce_in_fp32 = False` for every compute dtype). MoE tokens: the alltoall
         # dispatcher (TrainingSpec's default); megatron-bridge 0.3.1's recipes name DeepEP / HybridEP, but the
         # performance scripts behind the 25.11 rows are not released: run with the flex dispatcher those 9 rows
-        # refitted to 5.51% source-balanced (5.54%) yet 8.9% held out (8.59%), so they keep alltoall.
+        # refitted to 5.51% source-balanced (5.54%) yet 8.9% held out (8.59%), so they keep alltoall. The library
+        # recipes (megatron-bridge 0.3.1 recipes/qwen/qwen3_moe.py, deepseek/deepseek_v3.py, gpt_oss/gpt_oss.py with
+        # training/flex_dispatcher_backend.py) give flex to Qwen3 MoE on H100/B200/B300 only (DeepEP; skipped on
+        # GB200/GB300), to DeepSeek-V3 everywhere (HybridEP) and never to GPT-OSS; unrefitted that rule moved
+        # 25.11 from 9.5% to 10.1% (H100 Qwen3-235B -23% -> +12%, B200 Qwen3-235B +14.5% -> +19.5%) and left
+        # 26.02 at 16.6% (H100 Qwen3-235B -25% -> +9%, B300 Qwen3-30B +3% -> +12%).
         "nemo-megatron",
         "NeMo 2 / Megatron-Bridge recipes",
         None,
