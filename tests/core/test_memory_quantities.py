@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.api import memory
-from paraplan.memory.loss import MEGATRON_LOSS_EXTRA_BYTES, TORCH_LOSS_EXTRA_BYTES
+from paraplan.memory.loss import MEGATRON_LOSS_EXTRA_BYTES, TORCH_LOSS_EXTRA_BYTES, TORCH_LOSS_PARALLEL_EXTRA_BYTES
 from paraplan.memory.model import ALLOCATED_PARTS, DEVICE_PARTS, GIB, RESERVED_PARTS
 from paraplan.validate.measured import read_rows, run_from_row
 from paraplan.validate.memory import memory_row
@@ -36,6 +36,24 @@ def test_loss_transient_torch_cross_entropy_vs_megatron() -> None:
     logits = 32768 * 128256  # one sequence, Llama 3's vocabulary (a multiple of 128)
     assert _loss_part("torchtitan") == pytest.approx(TORCH_LOSS_EXTRA_BYTES * logits)
     assert _loss_part("megatron-lm") == pytest.approx(MEGATRON_LOSS_EXTRA_BYTES * logits)
+
+
+def test_torchtitan_loss_parallel_under_tp_holds_twelve_bytes_per_logit() -> None:
+    """Under TP torchtitan runs the loss in torch's `loss_parallel()`, whose fused nll/log-softmax backward holds
+    `zeros_like(x)`, `exp(x)` and their sum beside the saved log-probabilities: 12 bytes per local logit beyond
+    the 4, against 8 for plain F.cross_entropy; Megatron's vocab-parallel loss is unchanged by TP (2)."""
+    common = dict(**LLAMA_8B, gpus=8, tp=4, dp=2, mbs=1, gbs=2, seq=8192)
+    local_logits = 8192 * 128256 / 4  # the sequence, the vocabulary split over TP (padded to 128 x TP: rel 1%)
+
+    def loss(framework: str, **extra: object) -> float:
+        rank = memory(**common, framework=framework, **extra).ranks[-1]
+        return rank.parts["loss_working_set"] + rank.parts["recompute_working_set"]
+
+    assert loss("torchtitan", fsdp=True, zero_stage=3) == pytest.approx(
+        TORCH_LOSS_PARALLEL_EXTRA_BYTES * local_logits, rel=0.01
+    )
+    assert loss("megatron-lm") == pytest.approx(MEGATRON_LOSS_EXTRA_BYTES * local_logits, rel=0.01)
+    assert TORCH_LOSS_PARALLEL_EXTRA_BYTES > TORCH_LOSS_EXTRA_BYTES
 
 
 def test_loss_transient_only_on_the_stage_with_the_head() -> None:

@@ -1,7 +1,7 @@
 """The loss's transient on the stage that holds the LM head: what the cross-entropy allocates beyond the fp32
 softmax (or log-probabilities) it saves for backward (`graph.layers.head_ops` counts those 4 bytes per logit).
 
-The two implementations differ by a factor of four:
+The implementations differ:
 - Megatron-core's vocab-parallel cross-entropy (`tensor_parallel/cross_entropy.py`): the 16-bit logits stay
   alive while `.float()` makes the fp32 copy, which `exp` and the divide overwrite in place into the saved
   softmax; backward writes the gradient into that softmax in place and casts it to 16 bits. 2 bytes per logit
@@ -11,6 +11,13 @@ The two implementations differ by a factor of four:
   `Transformer.forward` returns `self.output(h).float()`, `train.py` `loss_fn` calls `F.cross_entropy`) and
   llm-foundry: backward allocates the dense fp32 gradient of the log-probabilities (nll_loss backward) and of
   the logits (log_softmax backward) beside the saved fp32 log-probabilities: 8 bytes per logit beyond the 4.
+- torchtitan under tensor parallelism runs that loss inside torch's `loss_parallel()` (on unless
+  `disable_loss_parallel`, torchtitan@9dec370 parallel_dims.py `loss_parallel_enabled` / train.py
+  `train_context`): the vocab-sharded DTensor path (torch/distributed/tensor/parallel/loss.py) fuses nll_loss and
+  log_softmax backward into `_nll_loss_and_log_softmax_backward`, which returns `(grad_input + torch.exp(x)) *
+  grad_output` with `x` the saved fp32 log-probabilities and `grad_input` a dense `zeros_like(x)` still held by its
+  local name: the zeros, `exp(x)` and their sum are live at once, 12 bytes per logit beyond the saved 4 (its
+  forward, `_log_softmax`, peaks lower: the fp32 logits, `shifted` and `exp(shifted)`).
 """
 
 from __future__ import annotations
@@ -19,9 +26,17 @@ from paraplan.specs.training import TrainingSpec
 
 MEGATRON_LOSS_EXTRA_BYTES = 2.0
 TORCH_LOSS_EXTRA_BYTES = 8.0
+TORCH_LOSS_PARALLEL_EXTRA_BYTES = 12.0
 TORCH_LOSS_FRAMEWORKS = frozenset({"torchtitan", "llm-foundry"})
+
+
+def torch_loss_parallel(train: TrainingSpec) -> bool:
+    """Whether the loss runs in torch's vocab-parallel `loss_parallel()`: torchtitan with TP (its default)."""
+    return train.framework == "torchtitan" and train.tp > 1
 
 
 def loss_extra_bytes_per_logit(train: TrainingSpec) -> float:
     """Bytes per logit element the loss holds at its peak beyond the fp32 tensor it saves."""
-    return TORCH_LOSS_EXTRA_BYTES if train.framework in TORCH_LOSS_FRAMEWORKS else MEGATRON_LOSS_EXTRA_BYTES
+    if train.framework not in TORCH_LOSS_FRAMEWORKS:
+        return MEGATRON_LOSS_EXTRA_BYTES
+    return TORCH_LOSS_PARALLEL_EXTRA_BYTES if torch_loss_parallel(train) else TORCH_LOSS_EXTRA_BYTES
