@@ -56,6 +56,23 @@ def test_torchtitan_loss_parallel_under_tp_holds_twelve_bytes_per_logit() -> Non
     assert TORCH_LOSS_PARALLEL_EXTRA_BYTES > TORCH_LOSS_EXTRA_BYTES
 
 
+def test_torchtitan_last_stage_keeps_every_micro_batch_output() -> None:
+    """torch.distributed.pipelining's last stage appends each micro-batch's output (torchtitan's fp32 logits) to
+    `output_chunks` until the step ends: 4 bytes per logit per micro-batch on the last rank, none elsewhere, none
+    under Megatron (its schedule keeps only the loss)."""
+    logits = 4096 * 128256  # one sequence, Llama 3's vocabulary
+
+    def activations(framework: str, gbs: int) -> list[float]:
+        result = memory(**LLAMA_8B, gpus=2, pp=2, mbs=1, gbs=gbs, seq=4096, framework=framework)
+        return [r.parts["activations"] for r in result.ranks]
+
+    few, many = activations("torchtitan", 4), activations("torchtitan", 8)
+    assert many[-1] - few[-1] == pytest.approx(4 * (8 - 4) * logits)
+    assert many[0] == pytest.approx(few[0])  # the first stage: 1F1B's in-flight peak is pp micro-batches either way
+    mfew, mmany = activations("megatron-lm", 4), activations("megatron-lm", 8)
+    assert mmany[-1] == pytest.approx(mfew[-1])
+
+
 def test_loss_transient_only_on_the_stage_with_the_head() -> None:
     result = memory(**LLAMA_8B, gpus=8, pp=4, dp=2, mbs=1, gbs=16, seq=4096)
     assert [r.parts["loss_working_set"] > 0 for r in result.ranks] == [False, False, False, True]

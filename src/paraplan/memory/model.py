@@ -226,6 +226,21 @@ def root_unit_gathered(train: TrainingSpec, edge_params: float, max_layer_params
     return edge_params + max_layer_params
 
 
+LOGIT_OUTPUT_BYTES = 4  # torchtitan's `Transformer.forward` returns `self.output(h).float()`: fp32 logits
+
+
+def kept_pipeline_output_bytes(train: TrainingSpec, loss_logits: float) -> float:
+    """The last pipeline stage's outputs that torch.distributed.pipelining keeps for the whole step: under
+    torchtitan with PP the loss runs inside the schedule, and the last stage appends every micro-batch's output,
+    torchtitan's fp32 logits, to `output_chunks` to merge and return them when `step()` ends (torch
+    `_PipelineStageBase.forward_one_chunk`, cleared by `clear_runtime_states` at the next step; torch 2.5/2.6-era
+    pipelining as torchtitan@9dec370 ran it). At the last micro-batch's loss all of them are live, the current
+    one included (without PP torchtitan's train.py frees it before backward, `del pred`). 0 without a loss here."""
+    if train.framework != "torchtitan" or train.pp <= 1 or loss_logits <= 0:
+        return 0.0
+    return LOGIT_OUTPUT_BYTES * train.num_microbatches * loss_logits
+
+
 def unsharded_stage_bytes(dense_params: float, expert_params: float, train: TrainingSpec) -> float:
     """The gathered 16-bit parameters and the unsharded gradients in the reduce dtype of a stage that
     `keeps_stage_unsharded` (0 otherwise)."""
@@ -305,7 +320,10 @@ def pipeline_memory(
         edge = sum(stages[i].edge_params for i in row)
         rank_gathered = gathered and max(gathered, root_unit_gathered(train, edge, max_layer_params))
         states = state_bytes(dense, expert, train, edp, gathered_params=rank_gathered)
-        loss = loss_extra_bytes_per_logit(train) * max((stages[i].loss_logits for i in row), default=0.0)
+        logits = max((stages[i].loss_logits for i in row), default=0.0)
+        loss = loss_extra_bytes_per_logit(train) * logits
+        kept_outputs = kept_pipeline_output_bytes(train, logits)  # retained forward outputs: with the activations
         unsharded = unsharded_stage_bytes(dense, expert, train)
-        ranks.append(rank_memory(r, states, peak_activation_bytes[r], max_full_saved, comm_buffers, loss, unsharded))
+        activations = peak_activation_bytes[r] + kept_outputs
+        ranks.append(rank_memory(r, states, activations, max_full_saved, comm_buffers, loss, unsharded))
     return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)
