@@ -66,3 +66,15 @@ def test_toml_writer_reads_back() -> None:
     doc = {"a": {"s": 'x"y', "n": 3, "f": 1.5, "b": True, "l": ["p", "q"]}, "quantize.linear.float8": {"r": "rowwise"}}
     back = tomllib.loads(dump_toml(doc))
     assert back["a"] == doc["a"] and back["quantize"]["linear"]["float8"] == {"r": "rowwise"}
+
+
+def test_disable_loss_parallel_is_noted_not_modelled(tmp_path: Path) -> None:
+    """The memory model takes torchtitan's TP loss as loss_parallel (memory.loss); a config that turns it off is
+    told so."""
+    text = (DATA / "llama3_8b.toml").read_text()
+    off = tmp_path / "off.toml"
+    off.write_text(text.replace("[parallelism]", "[parallelism]\ndisable_loss_parallel = true", 1))
+    _, _, hints = read_config(off, "torchtitan", num_gpus=64)
+    assert any("disable_loss_parallel" in note for note in hints.notes)
+    _, _, default = read_config(DATA / "llama3_8b.toml", "torchtitan", num_gpus=64)
+    assert not any("disable_loss_parallel" in note for note in default.notes)

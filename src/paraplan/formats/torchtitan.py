@@ -231,6 +231,8 @@ def torchtitan_from_doc(
         train["data_parallel_size"] = dp
     if rep > 1 and shard != 1:
         problems.note(f"HSDP (replicate {rep} x shard {shard}) is projected as FSDP over all {dp or '?'} DP ranks")
+    if par.get("disable_loss_parallel") and tp > 1:
+        problems.note("disable_loss_parallel is projected as loss_parallel (the loss's memory on vocab-sharded logits)")
     if par.get("fsdp_reshard_after_forward", "default") == "never":
         problems.note("fsdp_reshard_after_forward never (ZeRO-2 like) is projected as full sharding")
     # ---- batch
