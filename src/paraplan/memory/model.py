@@ -233,9 +233,10 @@ def kept_pipeline_output_bytes(train: TrainingSpec, loss_logits: float) -> float
     """The last pipeline stage's outputs that torch.distributed.pipelining keeps for the whole step: under
     torchtitan with PP the loss runs inside the schedule, and the last stage appends every micro-batch's output,
     torchtitan's fp32 logits, to `output_chunks` to merge and return them when `step()` ends (torch
-    `_PipelineStageBase.forward_one_chunk`, cleared by `clear_runtime_states` at the next step; torch 2.5/2.6-era
-    pipelining as torchtitan@9dec370 ran it). At the last micro-batch's loss all of them are live, the current
-    one included (without PP torchtitan's train.py frees it before backward, `del pred`). 0 without a loss here."""
+    `_PipelineStageBase.forward_one_chunk`, cleared by `clear_runtime_states` at the next step; later torch added
+    `step(return_outputs=False)` to skip it, still True by default in torch 2.13, after torchtitan@9dec370). At the
+    last micro-batch's loss all of them are live, the current one included (without PP torchtitan's train.py frees
+    it before backward, `del pred`). 0 without a loss here."""
     if train.framework != "torchtitan" or train.pp <= 1 or loss_logits <= 0:
         return 0.0
     return LOGIT_OUTPUT_BYTES * train.num_microbatches * loss_logits
