@@ -324,7 +324,9 @@ def pipeline_memory(
         expert = sum(stages[i].expert_params for i in row)
         edge = sum(stages[i].edge_params for i in row)
         rank_gathered = gathered and max(gathered, root_unit_gathered(train, edge, max_layer_params))
-        states = state_bytes(dense, expert, train, edp, gathered_params=rank_gathered, unsharded_grad_params=zero2_grads)
+        states = state_bytes(
+            dense, expert, train, edp, gathered_params=rank_gathered, unsharded_grad_params=zero2_grads
+        )
         loss = loss_extra_bytes_per_logit(train) * max((stages[i].loss_logits for i in row), default=0.0)
         unsharded = unsharded_stage_bytes(dense, expert, train)
         ranks.append(rank_memory(r, states, peak_activation_bytes[r], max_full_saved, comm_buffers, loss, unsharded))
