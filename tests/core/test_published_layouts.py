@@ -134,3 +134,10 @@ def test_qwen3_235b_primus_as_published_states_alone_exceed_the_gpu() -> None:
     assert states > result.usable_bytes
     assert not result.fits
     assert memory(**{**QWEN3, "use_distributed_optimizer": False}, fsdp=True).fits
+
+
+def test_the_search_keeps_zero2_to_one_pipeline_stage() -> None:
+    from paraplan.tune.space import _searched_sharding
+
+    assert _searched_sharding("zero2", 1) and not _searched_sharding("zero2", 2)
+    assert _searched_sharding("dist_opt", 16) and _searched_sharding("fsdp", 4)
