@@ -167,12 +167,19 @@ def optimizer_state_bytes(train: TrainingSpec) -> float:
 
 
 def state_bytes(
-    dense_params: float, expert_params: float, train: TrainingSpec, expert_dp: int, gathered_params: float
+    dense_params: float,
+    expert_params: float,
+    train: TrainingSpec,
+    expert_dp: int,
+    gathered_params: float,
+    unsharded_grad_params: float = 0.0,
 ) -> dict[str, float]:
     """Weights, gradients and optimizer states on one GPU.
 
     `gathered_params`: under FSDP/ZeRO-3, parameters materialised at once (the unit being computed
     and the one prefetched).
+    `unsharded_grad_params`: under ZeRO-2 (`zero2_unsharded_grad_params`), parameters whose full gradients exist
+    at once before their reduce-scatter.
     """
     dp = train.dp * train.cp  # Megatron shards over the data-parallel group that includes CP
     fp32 = train.precision == "fp32"  # plain fp32: fp32 weights and grads, no separate master copy
@@ -194,7 +201,7 @@ def state_bytes(
         }
     weights = weight_bytes * (dense_params + expert_params)
     if train.zero_stage >= 2:
-        grads = grad_bytes * (dense_params / dp + expert_params / expert_dp)
+        grads = grad_bytes * (dense_params / dp + expert_params / expert_dp + unsharded_grad_params)
     else:
         grads = grad_bytes * (dense_params + expert_params)
     if train.shards_optimizer:
@@ -203,6 +210,18 @@ def state_bytes(
         optimizer = optimizer_bytes * (dense_params + expert_params)
     optimizer *= on_gpu
     return {"weights": weights, "gradients": grads, "optimizer": optimizer}
+
+
+def zero2_unsharded_grad_params(train: TrainingSpec, max_layer_params: float) -> float:
+    """Parameters whose gradients a ZeRO-2 rank holds unsharded at once: torch FSDP's SHARD_GRAD_OP (params
+    gathered, "does not reshard them after the forward"; gradients reduce-scattered per wrapped unit after its
+    backward, torch.distributed.fsdp.ShardingStrategy docs) and Megatron-FSDP's `optim_grads` produce a unit's
+    (a decoder layer's) full gradient, then reduce-scatter it while the next unit's backward fills another: two
+    layers, as the parameter gather of FSDP (`cost.block.gathered_params`). DeepSpeed ZeRO-2 reduces through
+    its own bucket, not modelled here (0)."""
+    if train.zero_stage != 2 or train.shards_params or train.framework == "deepspeed":
+        return 0.0
+    return 2 * max_layer_params
 
 
 def keeps_stage_unsharded(train: TrainingSpec) -> bool:
@@ -313,6 +332,7 @@ def pipeline_memory(
     if keeps_stage_unsharded(train):  # the whole stage is gathered already (`unsharded_stage_bytes`)
         gathered = 0.0
     comm_buffers = comm_buffer_bytes(model, shard, train)
+    zero2_grads = zero2_unsharded_grad_params(train, max_layer_params)
     edp = expert_dp(train)
     ranks = []
     for r, row in enumerate(holder):
@@ -320,7 +340,9 @@ def pipeline_memory(
         expert = sum(stages[i].expert_params for i in row)
         edge = sum(stages[i].edge_params for i in row)
         rank_gathered = gathered and max(gathered, root_unit_gathered(train, edge, max_layer_params))
-        states = state_bytes(dense, expert, train, edp, gathered_params=rank_gathered)
+        states = state_bytes(
+            dense, expert, train, edp, gathered_params=rank_gathered, unsharded_grad_params=zero2_grads
+        )
         logits = max((stages[i].loss_logits for i in row), default=0.0)
         loss = loss_extra_bytes_per_logit(train) * logits
         kept_outputs = kept_pipeline_output_bytes(train, logits)  # retained forward outputs: with the activations

@@ -192,7 +192,11 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append("FSDP and the distributed optimizer are exclusive: choose one")
     if train.zero_stage not in (0, 1, 2, 3):
         p.append(f"ZeRO stage must be 0, 1, 2 or 3 (got {train.zero_stage})")
-    if train.zero_stage >= 2 and not train.fsdp and pp > 1:
+    # DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+    # (deepspeed/runtime/pipe/engine.py; Megatron-DeepSpeed pipelines through it). Sharded-gradient data
+    # parallelism elsewhere (torch FSDP SHARD_GRAD_OP, as Llama 3 ran it beside 16 pipeline stages,
+    # arXiv 2407.21783 section 3.3.2) has no such rule.
+    if train.zero_stage >= 2 and not train.fsdp and pp > 1 and train.framework in ("deepspeed", "megatron-deepspeed"):
         p.append(f"DeepSpeed ZeRO-{train.zero_stage} cannot be combined with pipeline parallelism (pp={pp})")
     if model.is_moe and tp > 1 and ep > 1 and not train.sequence_parallel:
         p.append(f"MoE with tp {tp} > 1 and ep {ep} > 1 needs sequence parallelism (Megatron rule)")

@@ -184,6 +184,13 @@ def _powers_of_two(limit: int) -> list[int]:
     return out
 
 
+def _searched_sharding(sharding: str, pp: int) -> bool:
+    """The search keeps ZeRO-2 to pp 1: the validator admits it beside pipeline stages (torch FSDP SHARD_GRAD_OP,
+    as Llama 3 ran), but the frameworks the tuner emits (Megatron-LM, NeMo) ship no tested recipe of Megatron-FSDP
+    `optim_grads` with pipeline parallelism, so the tuner does not propose one."""
+    return sharding != "zero2" or pp == 1
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -355,6 +362,8 @@ class SearchSpace:
                                 ):
                                     if model.is_moe and (tp * cp * dp) % (etp * ep):
                                         continue
+                                    if not _searched_sharding(sharding, pp):
+                                        continue
                                     per_shape += (
                                         len(self.flag_values("overlap_grad_reduce", sharding != "fsdp" and dp * cp > 1))
                                         * len(
@@ -372,6 +381,8 @@ class SearchSpace:
             shapes, self.ep_values(), self.etp_values(tp), self.sharding_values()
         ):
             if model.is_moe and (tp * cp * dp) % (etp * ep):
+                continue
+            if not _searched_sharding(sharding, pp):
                 continue
             for ogr, opg, tco, epo in itertools.product(
                 self.flag_values("overlap_grad_reduce", sharding != "fsdp" and dp * cp > 1),
