@@ -165,11 +165,12 @@ def _stage_parts(
     """The blocks of one model stage: decoder layers first in order of appearance, then the stage's edge blocks
     in registration order (`graph.kinds`). `per_layer`: the production knobs' layer modes (`layer_modes`)."""
     layer_counts: dict[tuple[str, str], int] = {}
+    kind_names = K.decoder_kind_names(model)
     for i in range(num_layers):
         recompute = "none" if mode == "full" and recompute_layers is not None and i >= recompute_layers else mode
         if per_layer is not None:
             recompute = per_layer.mode_of(recompute, first_layer + i, i)
-        key = (K.decoder_kind_of(model, first_layer + i).name, recompute)
+        key = (kind_names[first_layer + i], recompute)
         layer_counts[key] = layer_counts.get(key, 0) + 1
     parts = [(kind, m, n) for (kind, m), n in layer_counts.items()]
     edges = (K.edge_kinds(K.Placement.FIRST) if has_embedding else ()) + (
@@ -588,9 +589,9 @@ def model_flops_per_sequence(model: ModelSpec, seq: int, attention_backend: str 
         precision="bf16",
         flash=attention_backend == "flash",
     )
-    layers = [K.decoder_kind_of(model, i) for i in range(model.num_layers)]
-    per_kind = {kind.name: _matmul_flops(kind.ops(model, shard)) for kind in dict.fromkeys(layers)}
-    total = sum(per_kind[kind.name] for kind in layers)
+    layers = K.decoder_kind_names(model)
+    per_kind = {name: _matmul_flops(K.layer_kind(name).ops(model, shard)) for name in dict.fromkeys(layers)}
+    total = sum(per_kind[name] for name in layers)
     for edge in K.layer_kinds():  # the embedding (no matmul), the head, the MTP modules
         count = edge.count(model) if edge.count is not None else 0
         if count:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 
 from paraplan.errors import ConfigError
 from paraplan.graph.kinds import attention, dense, embedding, gdn, head, local, mamba, mlp, moe, moe_mlp, mtp
@@ -45,6 +46,13 @@ BUILTIN_KINDS: tuple[LayerKind, ...] = (
 _REGISTRY: dict[str, LayerKind] = {}
 
 
+@lru_cache(maxsize=256)
+def decoder_kind_names(model: ModelSpec) -> tuple[str, ...]:
+    """`decoder_kind_of(model, layer).name` of every decoder layer, once per model (the stage layouts and the model
+    FLOPs ask for every layer; cleared when a kind is registered or removed)."""
+    return tuple(decoder_kind_of(model, layer).name for layer in range(model.num_layers))
+
+
 def register(kind: LayerKind) -> LayerKind:
     """Adds a kind; its name must be new, and there is one default decoder layer (a LAYER kind without `claims`)."""
     if kind.name in _REGISTRY:
@@ -52,11 +60,13 @@ def register(kind: LayerKind) -> LayerKind:
     if kind.is_default_layer and any(k.is_default_layer for k in _REGISTRY.values()):
         raise ValueError(f"layer kind '{kind.name}': a decoder layer kind needs `claims` (dense is the default)")
     _REGISTRY[kind.name] = kind
+    decoder_kind_names.cache_clear()
     return kind
 
 
 def unregister(name: str) -> None:
     del _REGISTRY[name]
+    decoder_kind_names.cache_clear()
 
 
 @contextmanager
@@ -113,8 +123,8 @@ def decoder_kind_of(model: ModelSpec, layer: int) -> LayerKind:
 def block_counts(model: ModelSpec) -> dict[str, int]:
     """Blocks of each kind in the whole model, in registration order; kinds the model lacks are left out."""
     counts = dict.fromkeys(_REGISTRY, 0)
-    for layer in range(model.num_layers):
-        counts[decoder_kind_of(model, layer).name] += 1
+    for name in decoder_kind_names(model):
+        counts[name] += 1
     for kind in _REGISTRY.values():
         if kind.count is not None:
             counts[kind.name] = kind.count(model)
@@ -124,7 +134,7 @@ def block_counts(model: ModelSpec) -> dict[str, int]:
 def decoder_kinds(model: ModelSpec) -> tuple[LayerKind, ...]:
     """The decoder layer kinds of the model: the default one (unless a hybrid pattern claims every layer), and every
     other kind that claims a layer."""
-    present = {decoder_kind_of(model, layer).name for layer in range(model.num_layers)}
+    present = set(decoder_kind_names(model))
     return tuple(
         k
         for k in _REGISTRY.values()
