@@ -19,6 +19,7 @@ from paraplan.cost.block import (
     MeasuredBlock,
     OpTimer,
     PlacedGroups,
+    backward_phases,
     block_cost,
     repeated_s,
     runahead_s,
@@ -71,11 +72,30 @@ def _layer_input_bytes(model: ModelSpec, shard: L.Shard) -> float:
     return shard.act_bytes * shard.tokens * model.hidden_size / shard.sp_div
 
 
+@dataclass(frozen=True, slots=True)
+class BlockOps:
+    """One block kind's operators under one shard: its forward and backward phases (read them only)."""
+
+    forward: tuple[Op, ...]
+    backward_input: tuple[Op, ...]
+    backward_weight: tuple[Op, ...]
+
+
+@lru_cache(maxsize=_BLOCK_CACHE_SIZE)
+def block_ops_of(kind: str, model: ModelSpec, shard: L.Shard) -> BlockOps:
+    """The operators of one block kind, built once per (kind, model, shard): the block's memory and its costs under
+    every context (the slowest chip's and the typical one's, each recompute mode) share them."""
+    forward = tuple(K.layer_kind(kind).ops(model, shard))
+    b_ops, w_ops = backward_phases(forward)
+    return BlockOps(forward, tuple(b_ops), tuple(w_ops))
+
+
 @lru_cache(maxsize=_BLOCK_CACHE_SIZE)
 def block_memory_of(kind: str, model: ModelSpec, shard: L.Shard, recompute: str) -> BlockMemory:
     """Parameters and saved bytes of one block kind (`memory.blocks.block_memory` of its operators)."""
     layer_kind = K.layer_kind(kind)
-    memory = block_memory(layer_kind.ops(model, shard), recompute, _layer_input_bytes(model, shard), shard.act_bytes)
+    ops = block_ops_of(kind, model, shard).forward
+    memory = block_memory(ops, recompute, _layer_input_bytes(model, shard), shard.act_bytes)
     table_params = layer_kind.params_of(model, shard)
     if table_params is not None:  # weights without a GEMM (the embedding's lookup table, V/tp x h on this rank)
         memory = replace(memory, dense_params=table_params)
@@ -86,9 +106,10 @@ def block_memory_of(kind: str, model: ModelSpec, shard: L.Shard, recompute: str)
 def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, ctx: BlockContext) -> BlockCost:
     memory = block_memory_of(kind, model, shard, recompute)
     layer_kind = K.layer_kind(kind)
-    ops = layer_kind.ops(model, shard)
+    ops = block_ops_of(kind, model, shard)
     ctx = ctx.for_block(layer_kind.is_decoder_layer)
-    return block_cost(ops, recompute, ctx, _layer_input_bytes(model, shard), memory)
+    backward = (ops.backward_input, ops.backward_weight)
+    return block_cost(ops.forward, recompute, ctx, _layer_input_bytes(model, shard), memory, backward)
 
 
 BLOCK_AXES = (CommAxis.TP, CommAxis.CP, CommAxis.EP, CommAxis.ETP)

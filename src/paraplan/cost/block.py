@@ -404,19 +404,27 @@ def _offload_copies(nbytes: float, ctx: BlockContext, fwd: _PhaseTime, bwd: _Pha
     bwd.comm_exposed_s["host"] = max(0.0, copy_s - bwd.compute_s - weight_s)
 
 
+def backward_phases(forward: Sequence[Op]) -> tuple[list[Op], list[Op]]:
+    """The backward of a block's forward ops: (input-gradient ops, weight-gradient ops), each in op order."""
+    backward = [b for op in forward for b in backward_ops(op)]
+    b_ops = [op for op in backward if op.phase is Phase.BACKWARD_INPUT]
+    w_ops = [op for op in backward if op.phase is Phase.BACKWARD_WEIGHT]
+    return b_ops, w_ops
+
+
 def block_cost(
     forward: Sequence[Op],
     recompute: str,
     ctx: BlockContext,
     layer_input_bytes: float = 0.0,
     memory: BlockMemory | None = None,
+    backward: tuple[Sequence[Op], Sequence[Op]] | None = None,
 ) -> BlockCost:
     """`recompute`: "none", "selective" (ops tagged selective are recomputed) or "full" (only the block
     input, `layer_input_bytes`, is kept). `memory`: the block's parameters and saved bytes when the caller
-    has them (`memory.blocks.block_memory` of these operators, or the embedding's with its table)."""
-    backward = [b for op in forward for b in backward_ops(op)]
-    b_ops = [op for op in backward if op.phase is Phase.BACKWARD_INPUT]
-    w_ops = [op for op in backward if op.phase is Phase.BACKWARD_WEIGHT]
+    has them (`memory.blocks.block_memory` of these operators, or the embedding's with its table). `backward`:
+    the input- and weight-gradient ops (`backward_phases` of `forward`) when the caller keeps them."""
+    b_ops, w_ops = backward if backward is not None else backward_phases(forward)
     host = ctx.cal.host_launch_s
     fwd = _phase_times(forward, ctx, host)
     bwd = _phase_times(b_ops, ctx, host * ctx.cal.host_backward_factor)
