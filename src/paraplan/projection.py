@@ -213,11 +213,19 @@ def _layout_parts(
     per_layer: LayerModes | None = None,
 ) -> tuple[tuple[Parts, ...], tuple[tuple[Parts, int], ...]]:
     """The blocks of every model stage, in model order; and each distinct stage with how many stages it is."""
-    parts = tuple(
-        _stage_parts(model, s.first_layer, s.num_layers, s.has_embedding, s.has_head, mode, recompute_layers, per_layer)
-        for s in split_stages(model, split)
-    )
-    return parts, tuple(Counter(parts).items())
+    kind_names = K.decoder_kind_names(model)
+    same: dict[tuple, Parts] = {}  # stages alike but for where they start (without per-layer modes, all they hang on)
+    stage_parts = []
+    for s in split_stages(model, split):
+        key = (kind_names[s.first_layer : s.first_layer + s.num_layers], s.has_embedding, s.has_head)
+        parts = same.get(key) if per_layer is None else None
+        if parts is None:
+            parts = _stage_parts(
+                model, s.first_layer, s.num_layers, s.has_embedding, s.has_head, mode, recompute_layers, per_layer
+            )
+            same[key] = parts
+        stage_parts.append(parts)
+    return tuple(stage_parts), tuple(Counter(stage_parts).items())
 
 
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)

@@ -50,7 +50,8 @@ _REGISTRY: dict[str, LayerKind] = {}
 def decoder_kind_names(model: ModelSpec) -> tuple[str, ...]:
     """`decoder_kind_of(model, layer).name` of every decoder layer, once per model (the stage layouts and the model
     FLOPs ask for every layer; cleared when a kind is registered or removed)."""
-    return tuple(decoder_kind_of(model, layer).name for layer in range(model.num_layers))
+    kinds = [kind for kind in _REGISTRY.values() if kind.placement is Placement.LAYER]
+    return tuple(_decoder_kind_among(kinds, model, layer).name for layer in range(model.num_layers))
 
 
 def register(kind: LayerKind) -> LayerKind:
@@ -102,11 +103,14 @@ def edge_kinds(placement: Placement) -> tuple[LayerKind, ...]:
 
 def decoder_kind_of(model: ModelSpec, layer: int) -> LayerKind:
     """The kind of decoder layer `layer` (0-based): the one kind that claims it, else the default (dense)."""
+    return _decoder_kind_among([k for k in _REGISTRY.values() if k.placement is Placement.LAYER], model, layer)
+
+
+def _decoder_kind_among(kinds: list[LayerKind], model: ModelSpec, layer: int) -> LayerKind:
+    """`decoder_kind_of` among the registered LAYER kinds `kinds` (in registration order)."""
     default = None
     claimed = None
-    for kind in _REGISTRY.values():
-        if kind.placement is not Placement.LAYER:
-            continue
+    for kind in kinds:
         if kind.claims is None:
             default = kind
         elif kind.claims(model, layer):
