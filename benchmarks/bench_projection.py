@@ -37,11 +37,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
-BASELINE_REF = "2b721e1"  # main before issue 35's speed work
+from baseline_checkout import BASELINE_REF, REPO, baseline_src
+
 PUBLIC_SOURCES = ("Narayanan2021_SC21", "Korthikanti2022", "MegatronLM_README_2020", "vTrain_MICRO24_multi")
-REPO = Path(__file__).resolve().parents[1]
 PUBLIC_CSV = Path(os.environ.get("PARAPLAN_SHARED", REPO.parent / "shared")) / "data" / "measured" / "public.csv"
 TARGET_RATIO = 10.0
 TARGET_405B_MS = 5.0
@@ -143,19 +144,11 @@ def main() -> None:
     print(f"CPUs: {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}", flush=True)
     current: list[dict[str, float]] = []
     base: list[dict[str, float]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        worktree = Path(tmp) / "baseline"
-        if not args.no_baseline:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(worktree), args.baseline_ref],
-                           check=True)  # fmt: skip
-        try:
-            for _ in range(args.repeat):
-                if not args.no_baseline:
-                    base.append(_subprocess(worktree / "src", args.rounds))
-                current.append(_subprocess(REPO / "src", args.rounds))
-        finally:
-            if not args.no_baseline:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)], check=False)
+    with nullcontext(None) if args.no_baseline else baseline_src(args.baseline_ref) as base_src:
+        for _ in range(args.repeat):
+            if base_src is not None:
+                base.append(_subprocess(base_src, args.rounds))
+            current.append(_subprocess(REPO / "src", args.rounds))
     print(f"{int(current[0]['rows'])} public rows; {args.repeat} alternating runs, medians; load average now "
           f"{os.getloadavg()[0]:.2f}")  # fmt: skip
     for key, label in FIGURES:
@@ -169,13 +162,11 @@ def main() -> None:
         ratio = statistics.median(b["public_cold_ms"] for b in base) / statistics.median(
             c["public_cold_ms"] for c in current
         )
-        print(
-            f"target: public rows cold >= {TARGET_RATIO:.0f}x faster: {ratio:.2f}x ({'met' if ratio >= TARGET_RATIO else 'not met'})"
-        )
+        verdict = "met" if ratio >= TARGET_RATIO else "not met"
+        print(f"target: public rows cold >= {TARGET_RATIO:.0f}x faster: {ratio:.2f}x ({verdict})")
     big = statistics.median(c["llama405b_cold_ms"] for c in current)
-    print(
-        f"target: llama3.1-405b cold <= {TARGET_405B_MS:.0f} ms: {big:.2f} ms ({'met' if big <= TARGET_405B_MS else 'not met'})"
-    )
+    verdict = "met" if big <= TARGET_405B_MS else "not met"
+    print(f"target: llama3.1-405b cold <= {TARGET_405B_MS:.0f} ms: {big:.2f} ms ({verdict})")
 
 
 if __name__ == "__main__":

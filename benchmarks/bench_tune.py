@@ -29,7 +29,13 @@ but the whole run only to 13.5-17.9 s (2.27-3.00 ms each, 5 runs; 0f39ff2 16.7-1
 the noise of this machine. The rest of the gap is the filter's per-rank memory (`memory/model.py`: `rank_memory`,
 `state_bytes` per rank and variant), not yet changed, and the fewer candidates that fit (a smaller denominator).
 
-Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only] [--no-baseline] [--profile]
+`--versus [REF]` measures the rates against the code at a commit (default `baseline_checkout.BASELINE_REF`, main
+before issue 35's speed work) in the same run: the BF16 search with the analytic model (target >= 3,000
+candidates/s after the memory filter) and with a fitted profile (target >= 2,000/s: the same search on 1,024 GH200
+with the shipped GH200 profile, `tune --profile`; no H100 profile ships), each in alternating subprocesses of the
+baseline and this checkout, `--repeat` times, medians.
+
+Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only] [--no-baseline] [--profile] [--versus [REF]]
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ import sys
 import tempfile
 import time
 
+from baseline_checkout import BASELINE_REF
+
 from paraplan.projection import project_specs
 from paraplan.sim import loops_jit
 from paraplan.specs.presets import model_preset, system_preset
@@ -52,6 +60,9 @@ from paraplan.tune.tuner import TuneOptions, TuneResult, tune
 
 TARGET_SEARCH_S = 60.0
 TARGET_RATE_PER_S = 2000.0
+TARGET_ANALYTIC_RATE_PER_S = 3000.0  # issue 35: the full model
+TARGET_FITTED_RATE_PER_S = 2000.0  # issue 35: with a fitted profile
+FITTED_GPU = "gh200"  # a GPU with a shipped profile (`cost.profiles`)
 GBS, SEQ, GPUS = 1024, 8192, 1024
 
 
@@ -174,6 +185,63 @@ def profile_search() -> None:
     stats.sort_stats("tottime").print_stats(12)
 
 
+def fitted_problem() -> TuneProblem:
+    """The benchmark's search on FITTED_GPU, with its shipped fitted profile (`tune --profile auto`)."""
+    from paraplan.cost.profiled import shipped_ref
+
+    return TuneProblem(
+        model_preset("llama3.1-70b"), (system_preset(FITTED_GPU, GPUS),), GBS, SEQ,
+        model_ref="llama3.1-70b", gpu_ref=FITTED_GPU, profile=shipped_ref(FITTED_GPU),
+    )  # fmt: skip
+
+
+def rates(workers: int | None) -> dict[str, float]:
+    """Candidates per second after the memory filter: the BF16 search analytic, and with the fitted profile."""
+    analytic = TuneProblem(
+        model_preset("llama3.1-70b"), (system_preset("h100-sxm5-80gb", GPUS),), GBS, SEQ,
+        model_ref="llama3.1-70b", gpu_ref="h100-sxm5-80gb",
+    )  # fmt: skip
+    out = {}
+    for label, problem in (("analytic", analytic), ("fitted", fitted_problem())):
+        result = tune(problem, parse_constraints(["precision=bf16"], {}), TuneOptions(workers=workers, top_k=5))
+        out[label] = result.candidates_per_s
+        out[f"{label}_evaluated"] = result.evaluated
+        out[f"{label}_best_step_s"] = result.top[0].step_time_s
+    return out
+
+
+def versus(args: argparse.Namespace) -> None:
+    """`rates` of the code at args.versus and of this checkout, alternating subprocesses, medians and ratios."""
+    import statistics
+
+    from baseline_checkout import REPO, baseline_src
+
+    def measure(src) -> dict[str, float]:
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            command = [sys.executable, __file__, "--rates-json", out.name]
+            command += ["--workers", str(args.workers)] if args.workers else []
+            subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(src)}, stdout=subprocess.DEVNULL)
+            with open(out.name) as f:
+                return json.load(f)
+
+    base, current = [], []
+    with baseline_src(args.versus) as base_src:
+        for _ in range(args.repeat):
+            base.append(measure(base_src))
+            current.append(measure(REPO / "src"))
+    print(f"{args.repeat} alternating runs, medians; workers {args.workers or os.cpu_count()}; "
+          f"load average now {os.getloadavg()[0]:.2f}")  # fmt: skip
+    for label, target in (("analytic", TARGET_ANALYTIC_RATE_PER_S), ("fitted", TARGET_FITTED_RATE_PER_S)):
+        now = statistics.median(c[label] for c in current)
+        before = statistics.median(b[label] for b in base)
+        same = all(c[f"{label}_best_step_s"] == base[0][f"{label}_best_step_s"] for c in current)
+        print(
+            f"{label}: {now:,.0f}/s after the memory filter ({int(current[0][f'{label}_evaluated']):,} projected); "
+            f"baseline {args.versus} {before:,.0f}/s ({int(base[0][f'{label}_evaluated']):,}); {now / before:.2f}x; "
+            f"target >= {target:,.0f}/s: {'met' if now >= target else 'not met'}; same best step time: {same}"
+        )
+
+
 def baseline(args: argparse.Namespace) -> dict:
     """This benchmark with the pure-Python loops (PARAPLAN_NO_JIT=1), in a subprocess: its figures by precision."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
@@ -199,8 +267,18 @@ def main() -> None:
     parser.add_argument("--no-baseline", action="store_true", help="skip the pure-Python loops' run")
     parser.add_argument("--profile", action="store_true", help="profile the BF16 search in one process (cProfile)")
     parser.add_argument("--summary", help=argparse.SUPPRESS)  # JSON figures (the baseline subprocess)
+    parser.add_argument("--versus", nargs="?", const=BASELINE_REF, help="compare the rates with the code at a commit")
+    parser.add_argument("--repeat", type=int, default=1, help="alternating runs of --versus")
+    parser.add_argument("--rates-json", help=argparse.SUPPRESS)  # `rates` as JSON (a --versus subprocess)
     args = parser.parse_args()
+    if args.rates_json:
+        with open(args.rates_json, "w") as f:
+            json.dump(rates(args.workers), f)
+        return
     print(f"CPUs: {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}")
+    if args.versus:
+        versus(args)
+        return
     if args.profile:
         profile_search()
         return

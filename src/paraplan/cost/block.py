@@ -248,7 +248,7 @@ class BlockContext:
     @property
     def cuda_graphs(self) -> bool:
         """The block's kernels replay from a CUDA graph: one graph launch per phase instead of one host launch per
-        op (but the MoE ops behind a host sync, `_captured`)."""
+        op (but the MoE ops behind a host sync, `_phase_times`)."""
         return self.cuda_graph_scope != "none" and self.graphed_block
 
     def for_block(self, is_decoder_layer: bool) -> BlockContext:
@@ -304,11 +304,6 @@ def _async_tp_pool(op: Op, label: str, ctx: BlockContext) -> str:
     return "dgrad" if TP_REGATHER <= op.tags else "wgrad"
 
 
-def _captured(op: Op, ctx: BlockContext) -> bool:
-    """The op replays inside a CUDA graph: graphs on, and not an MoE op behind a host sync."""
-    return ctx.cuda_graphs and not ("moe" in op.tags and ctx.moe_host_sync)
-
-
 def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> _PhaseTime:
     """Time of one phase of a block.
 
@@ -340,13 +335,17 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
         issued = host_s_per_op  # the graph launch
     synced = False
     deferred: dict[str, float] = {}
+    # the context read once per phase, not per op
+    graphs, host_sync, timer = ctx.cuda_graphs, ctx.moe_host_sync, ctx.timer
+    gpu_spec, cal = ctx.system.gpu, ctx.cal
     for op in ops:
+        captured = graphs and not ("moe" in op.tags and host_sync)  # replays in the graph: not behind a host sync
         if op.kind is OpKind.COMM:
             label = COMM_LABEL[op.comm.axis]
             seconds, source = _comm_time(op, ctx)
             out.comm_total_s[label] = out.comm_total_s.get(label, 0.0) + seconds
             record(out.comm_sources, label, op.comm.kind, source, seconds)
-            issued += 0.0 if _captured(op, ctx) else host_s_per_op
+            issued += 0.0 if captured else host_s_per_op
             beside = _async_tp_pool(op, label, ctx)
             if beside:
                 out.async_tp_s[beside] = out.async_tp_s.get(beside, 0.0) + seconds
@@ -359,15 +358,15 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
             exposed_in_queue += seconds * share
             finish = max(finish, issued) + seconds * share
             continue
-        timed = ctx.timer(op) if ctx.timer is not None else None
+        timed = timer(op) if timer is not None else None
         if timed is None:
-            seconds = compute_time_s(op, ctx.system.gpu, ctx.cal)
+            seconds = compute_time_s(op, gpu_spec, cal)
         else:  # a kernel measured on one chip: compute-bound ones run at the pace of the job's slowest chip
-            seconds = timed[0] * (ctx.cal.compute_slowdown if op.kind in CLOCK_BOUND_KINDS else 1.0)
+            seconds = timed[0] * (cal.compute_slowdown if op.kind in CLOCK_BOUND_KINDS else 1.0)
             out.profiled_s += seconds
-        host_s = 0.0 if _captured(op, ctx) else host_s_per_op * op.host_ops
+        host_s = 0.0 if captured else host_s_per_op * op.host_ops
         gpu += seconds
-        if "moe" in op.tags and ctx.moe_host_sync:  # the host waits for the GPU, then issues: max(GPU, host) per op
+        if "moe" in op.tags and host_sync:  # the host waits for the GPU, then issues: max(GPU, host) per op
             synced = True
             issued = finish = max(finish, issued) + max(seconds, host_s)
         else:
