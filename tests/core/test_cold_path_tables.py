@@ -1,0 +1,88 @@
+"""The tables the cold projection builds once (issue 35) hold what the per-call code computed: the decoder layer kinds
+once per model, a block's operators and backward once per (kind, model, shard), the stages alike shared."""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan.cost.block import backward_phases
+from paraplan.cost.calibration import at_scale, calibration_for
+from paraplan.graph import kinds as K
+from paraplan.graph import layers as L
+from paraplan.graph.kinds import LayerKind, Placement
+from paraplan.graph.partition import pipeline_split, split_stages
+from paraplan.memory.activations import layer_modes
+from paraplan.projection import (
+    _cached_block,
+    _layout_parts,
+    _stage_parts,
+    block_context,
+    block_ops_of,
+    project_specs,
+)
+from paraplan.specs.presets import model_preset, system_preset
+from paraplan.specs.training import TrainingSpec
+
+MODELS = ("llama3.1-8b", "deepseek-v3", "nemotron-h-8b", "qwen3-next-80b-a3b", "llama4-scout", "gpt-oss-20b")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_decoder_kind_names_are_the_per_layer_lookup(name: str) -> None:
+    model = model_preset(name)
+    assert K.decoder_kind_names(model) == tuple(K.decoder_kind_of(model, i).name for i in range(model.num_layers))
+
+
+def test_registering_a_kind_renews_the_decoder_kind_names() -> None:
+    model = model_preset("llama3.1-8b")
+    first = LayerKind(name="first_only", placement=Placement.LAYER, ops=L.mlp_ops, claims=lambda m, i: i == 0)
+    assert K.decoder_kind_names(model)[0] == "dense"
+    with K.registered(first):
+        assert K.decoder_kind_names(model)[:2] == ("first_only", "dense")
+    assert K.decoder_kind_names(model)[0] == "dense"
+
+
+def _train(**values: object) -> TrainingSpec:
+    return TrainingSpec().with_values(gbs=256, seq=4096, mbs=1, **values)
+
+
+@pytest.mark.parametrize(
+    ("name", "values"),
+    [
+        ("llama3.1-405b", {"tp": 8, "pp": 16, "vpp": 8, "sp": True, "pipeline_schedule": "interleaved"}),
+        ("llama3.1-70b", {"tp": 4, "pp": 4, "recompute": "full", "recompute_num_layers": 3}),
+        ("deepseek-v3", {"tp": 2, "pp": 8, "ep": 8}),
+        ("nemotron-h-8b", {"tp": 2, "pp": 4}),
+    ],
+)
+def test_layout_parts_are_each_stages_parts(name: str, values: dict) -> None:
+    """Stages that differ only in where they start share one `_stage_parts` call: the same parts as asking for each."""
+    model = model_preset(name)
+    train = _train(**values)
+    split = pipeline_split(train)
+    modes = layer_modes(train)
+    stage_parts, distinct = _layout_parts(model, split, *modes)
+    each = tuple(
+        _stage_parts(model, s.first_layer, s.num_layers, s.has_embedding, s.has_head, *modes)
+        for s in split_stages(model, split)
+    )
+    assert stage_parts == each
+    assert sum(n for _, n in distinct) == len(each)
+
+
+def test_block_ops_are_built_once_and_shared_by_every_context() -> None:
+    model = model_preset("llama3.1-70b")
+    system = system_preset("h100-sxm5-80gb", 1024)
+    train = _train(tp=4, pp=4, sp=True)
+    shard = L.Shard.of(train)
+    ops = block_ops_of("dense", model, shard)
+    forward = tuple(K.layer_kind("dense").ops(model, shard))
+    b_ops, w_ops = backward_phases(forward)
+    assert (ops.forward, ops.backward_input, ops.backward_weight) == (forward, tuple(b_ops), tuple(w_ops))
+    assert w_ops and all(op.phase != forward[0].phase for op in b_ops + w_ops)
+    # the typical chip's context and the slowest chip's cost the same operators, built once
+    base = calibration_for(system.gpu.name, train.framework)
+    typical = _cached_block("dense", model, shard, "none", block_context(system, train, base))
+    slowest = _cached_block("dense", model, shard, "none", block_context(system, train, at_scale(base, 1024)))
+    assert slowest.forward_s > typical.forward_s
+    assert block_ops_of.cache_info().currsize >= 1 and block_ops_of("dense", model, shard) is ops
+    assert project_specs(model, system, train).step_time_s > 0
