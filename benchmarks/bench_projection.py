@@ -24,6 +24,20 @@ the schedule's plan (`sim.plan._build_plan`) adds as much as the rest. What chan
 model (`graph.kinds.decoder_kind_names`), a block's operators and backward once per (kind, model, shard)
 (`projection.block_ops_of`).
 
+Measured 2026-12-04 against 2b721e1 (2 cores shared with other agents, load average 3-3.2; absolute times move
+with the load, the ratios less), --repeat 3 --rounds 3, medians:
+  public rows (151), cold:                 4.51 ms, baseline 5.45 ms: 1.21x  (target 10x: not met)
+  public rows, cold, schedules kept:       3.18 ms, baseline 4.12 ms: 1.30x
+  llama3.1-405b, cold:                    11.69 ms, baseline 13.11 ms: 1.12x (target <= 5 ms: not met)
+  llama3.1-405b, cold, schedules kept:     5.71 ms, baseline 7.54 ms: 1.32x
+  llama3.1-405b, warm:                     3.28 ms, baseline 3.53 ms: 1.08x
+An earlier run at lower load (--repeat 1 --rounds 1): public rows cold 2.38 ms (baseline 2.96, 1.24x), schedules kept
+1.90 ms (2.36, 1.24x); 405b cold 6.29 ms (6.90, 1.10x), schedules kept 3.39 ms (4.17, 1.23x), warm 1.51 ms. Where the
+rest goes: the 405b's warm projection (every cost cached) is 1.5 ms, so a cold one at 5 ms leaves 3.5 ms to build
+the interleaved plan of 32,768 tasks (`sim.plan._build_plan`, numpy, about 3 ms) and cost 6 blocks; a 10x faster cold
+projection of the public rows needs the simulation's plan, timeline and breakdown themselves cheaper (a closed form
+where the schedule allows one), not only the costing.
+
 Run: python benchmarks/bench_projection.py [--repeat N] [--baseline-ref REF] [--no-baseline]
 """
 

@@ -33,7 +33,19 @@ the noise of this machine. The rest of the gap is the filter's per-rank memory (
 before issue 35's speed work) in the same run: the BF16 search with the analytic model (target >= 3,000
 candidates/s after the memory filter) and with a fitted profile (target >= 2,000/s: the same search on 1,024 GH200
 with the shipped GH200 profile, `tune --profile`; no H100 profile ships), each in alternating subprocesses of the
-baseline and this checkout, `--repeat` times, medians.
+baseline and this checkout, `--repeat` times, medians. The wall-clock rate counts the other processes of a shared
+machine; the rate by CPU time (the evaluated candidates over this process's and its workers' CPU seconds, per core)
+does not. Measured 2026-12-04 (--versus --repeat 2 --workers 2, load average 3-5 on 2 cores), against 2b721e1:
+  analytic: 286/s wall (baseline 326/s); by CPU time 914/s (baseline 910/s, 1.00x): target 3,000/s not met
+  fitted:   176/s wall (baseline 151/s); by CPU time 548/s (baseline 497/s, 1.10x): target 2,000/s not met
+  (5,982 and 947 candidates projected, the same best configurations and step times in both.) The cold-path changes
+  (block operators per shape, decoder kinds per model) hardly touch the tuner, whose block and stage costs are
+  cached already; what it spends (--profile, 2026-12-04, 5,982 projected, 16.8-19.4 s profiled): the projection
+  49% (the simulation 21%, block and stage costs 13%, memory per rank 20% with the filter's), the memory filter 34%
+  (GroupMemory: the schedules' plans 9%, pipeline_memory per variant 11%, TrainingSpec per variant by
+  dataclasses.replace 3%), candidates 10% (Candidate.of / with_axes / to_training: dataclasses.replace 4%). Batching
+  candidates (one simulation shared by the variants of a structure, the filter's memory reused by the projection)
+  is what is left to do for the 3,000/s target.
 
 Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only] [--no-baseline] [--profile] [--versus [REF]]
 """
