@@ -86,3 +86,19 @@ def test_block_ops_are_built_once_and_shared_by_every_context() -> None:
     assert slowest.forward_s > typical.forward_s
     assert block_ops_of.cache_info().currsize >= 1 and block_ops_of("dense", model, shard) is ops
     assert project_specs(model, system, train).step_time_s > 0
+
+
+def test_backward_ops_are_what_dataclasses_replace_built() -> None:
+    """`graph.backward._op_with` builds positionally what `dataclasses.replace` did, for every field of every op."""
+    from dataclasses import fields, replace
+
+    from paraplan.graph.backward import _op_with
+
+    model = model_preset("deepseek-v3")
+    shard = L.Shard.of(_train(tp=2, ep=8, sp=True))
+    ops = [op for kind in ("moe", "dense", "head") for op in K.layer_kind(kind).ops(model, shard)]
+    for op in ops:
+        changes = {f.name: getattr(op, f.name) for f in fields(op) if f.name in ("phase", "flops", "tags", "expert")}
+        changes |= {"saved_bytes": 1.5, "flops": op.flops * 2 + 1, "host_ops": op.host_ops + 3}
+        assert _op_with(op, **changes) == replace(op, **changes)
+        assert _op_with(op) == op
