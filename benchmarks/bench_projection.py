@@ -38,7 +38,11 @@ the interleaved plan of 32,768 tasks (`sim.plan._build_plan`, numpy, about 3 ms)
 projection of the public rows needs the simulation's plan, timeline and breakdown themselves cheaper (a closed form
 where the schedule allows one), not only the costing.
 
-Run: python benchmarks/bench_projection.py [--repeat N] [--baseline-ref REF] [--no-baseline]
+`--identical` also compares every projection of public.csv (all sources, analytic and with the shipped fitted
+profiles: the whole Projection's repr) with the baseline's: all 3,654 identical (1,829 rows, 4 unread in both)
+against 5a72f49, main under this work (against an older ref, figures that work merged since changed show too).
+
+Run: python benchmarks/bench_projection.py [--repeat N] [--baseline-ref REF] [--no-baseline] [--identical]
 """
 
 from __future__ import annotations
@@ -127,9 +131,34 @@ def measure(rounds: int) -> dict[str, float]:
     return out
 
 
-def _subprocess(src: Path, rounds: int) -> dict[str, float]:
+def digests() -> dict[str, str]:
+    """Per row of public.csv (every source), the SHA-256 of the whole projection's repr (step time, breakdown,
+    memory, FLOPs ...), analytic and with the shipped fitted profile of the row's GPU (where one ships)."""
+    import hashlib
+
+    from paraplan.cost.profiled import shipped_ref
+    from paraplan.projection import ProjectionOptions, project_specs
+    from paraplan.validate.measured import read_rows, run_from_row
+
+    out = {}
+    for row in read_rows(PUBLIC_CSV):
+        try:
+            m = run_from_row(row)
+        except Exception as exc:  # a row the reader rejects: the same in both, or a difference
+            out[row["id"]] = f"unread: {type(exc).__name__}"
+            continue
+        for label, options in (("", None), ("fitted ", ProjectionOptions(profile=shipped_ref(m.system.gpu.name)))):
+            projection = project_specs(m.model, m.system, m.train, options)
+            out[label + row["id"]] = hashlib.sha256(repr(projection).encode()).hexdigest()
+    return out
+
+
+def _subprocess(src: Path, rounds: int, identical: bool = False) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         env = {**os.environ, "PYTHONPATH": str(src)}
+        if identical:
+            subprocess.run([sys.executable, __file__, "--digests", out.name], check=True, env=env, cwd=src.parent)
+            return json.loads(Path(out.name).read_text())
         command = [sys.executable, __file__, "--measure", out.name, "--rounds", str(rounds)]
         subprocess.run(command, check=True, env=env, cwd=src.parent)
         return json.loads(Path(out.name).read_text())
@@ -150,10 +179,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="cold projections of each row per measurement")
     parser.add_argument("--baseline-ref", default=BASELINE_REF, help="git commit of the baseline")
     parser.add_argument("--no-baseline", action="store_true", help="this checkout only")
+    parser.add_argument("--identical", action="store_true", help="also compare every public.csv projection")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # a subprocess: write the figures (JSON) here
+    parser.add_argument("--digests", help=argparse.SUPPRESS)  # a subprocess: write `digests()` (JSON) here
     args = parser.parse_args()
     if args.measure:
         Path(args.measure).write_text(json.dumps(measure(args.rounds)))
+        return
+    if args.digests:
+        Path(args.digests).write_text(json.dumps(digests()))
         return
     print(f"CPUs: {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}", flush=True)
     current: list[dict[str, float]] = []
@@ -163,6 +197,11 @@ def main() -> None:
             if base_src is not None:
                 base.append(_subprocess(base_src, args.rounds))
             current.append(_subprocess(REPO / "src", args.rounds))
+        if args.identical and base_src is not None:
+            before, now = _subprocess(base_src, 0, identical=True), _subprocess(REPO / "src", 0, identical=True)
+            differ = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+            print(f"every public.csv projection (analytic and fitted; whole repr) vs {args.baseline_ref}: "
+                  f"{len(now)} compared, {len(differ)} differ {differ[:10]}")  # fmt: skip
     print(f"{int(current[0]['rows'])} public rows; {args.repeat} alternating runs, medians; load average now "
           f"{os.getloadavg()[0]:.2f}")  # fmt: skip
     for key, label in FIGURES:
