@@ -38,6 +38,7 @@ from paraplan.memory.blocks import BlockMemory, block_memory
 from paraplan.memory.model import StageFootprint, expert_dp, pipeline_memory
 from paraplan.result import Projection
 from paraplan.sim.costs import ChunkCost, PipelineCosts
+from paraplan.sim.engine import schedule_plan
 from paraplan.sim.pipeline import ChunkExtras, play_pipeline
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -582,9 +583,11 @@ def project_specs(
             add_records(records, extra.comm_sources)
         collectives = collective_sources(records, pipeline.comm_total_s)
     footprints = stage_footprints(stage_parts, model, shard)
+    plan = schedule_plan(train.pipeline_schedule, train.pp, chunks, train.num_microbatches, train.overlaps_ep)
     memory = pipeline_memory(
-        model, shard, train, system.gpu.hbm_bytes, footprints, holder, pipeline.peak_activation_bytes
-    )
+        model, shard, train, system.gpu.hbm_bytes, footprints, holder, pipeline.peak_activation_bytes,
+        plan.memory_moments,
+    )  # fmt: skip
     tokens = train.gbs * train.seq
     step_flops_model = model_flops_per_sequence(model, train.seq, train.attention_backend) * train.gbs
     step_flops_hw = step_flops_model + (flops_hw - flops_model) * train.gbs / train.mbs * train.tp * train.cp

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from paraplan.cost.block import gathered_params
 from paraplan.graph import kinds as K
 from paraplan.memory.loss import loss_extra_bytes_per_logit
@@ -261,12 +263,43 @@ def kept_pipeline_output_bytes(train: TrainingSpec, loss_logits: float) -> float
     return LOGIT_OUTPUT_BYTES * train.num_microbatches * loss_logits
 
 
-def unsharded_stage_bytes(dense_params: float, expert_params: float, train: TrainingSpec) -> float:
-    """The gathered 16-bit parameters and the unsharded gradients in the reduce dtype of a stage that
-    `keeps_stage_unsharded` (0 otherwise)."""
+def unsharded_stage_bytes(
+    dense_params: float, expert_params: float, train: TrainingSpec, which: str = "both"
+) -> float:
+    """The gathered 16-bit parameters ("params") and the unsharded gradients in the reduce dtype ("grads") of a
+    stage that `keeps_stage_unsharded` (0 otherwise); "both": their sum."""
     if not keeps_stage_unsharded(train):
         return 0.0
-    return (train.param_gather_bytes + train.grad_reduce_bytes) * (dense_params + expert_params)
+    per_param = {
+        "params": train.param_gather_bytes,
+        "grads": train.grad_reduce_bytes,
+        "both": train.param_gather_bytes + train.grad_reduce_bytes,
+    }[which]
+    return per_param * (dense_params + expert_params)
+
+
+def moment_peak(
+    moments: np.ndarray,
+    saved_bytes: Sequence[float],
+    gathered_bytes: Sequence[float],
+    accumulator_bytes: Sequence[float],
+    output_bytes: Sequence[float],
+) -> tuple[float, float]:
+    """(activations with kept outputs, unsharded parameters and gradients) at a rank's worst moment: the row of
+    `moments` (`sim.plan.Plan.memory_moments`: per local chunk its live micro-batches, gathered flag, accumulator
+    flag and forwards done) with the most bytes, the activations weighed with the allocator's fragmentation on
+    them (`rank_memory`), given per local chunk the bytes of one micro-batch's saved activations, of its gathered
+    parameters, of its unsharded gradient accumulator and of one kept output."""
+    n = len(saved_bytes)
+    if len(moments) == 0 or n == 0:
+        return 0.0, 0.0
+    live, gathered, accumulating, forwards = (moments[:, g * n : (g + 1) * n] for g in range(4))
+    activations = live @ np.asarray(saved_bytes, dtype=float) + forwards @ np.asarray(output_bytes, dtype=float)
+    unsharded = gathered @ np.asarray(gathered_bytes, dtype=float) + accumulating @ np.asarray(
+        accumulator_bytes, dtype=float
+    )
+    worst = int(np.argmax((1 + FRAGMENTATION) * activations + unsharded))
+    return float(activations[worst]), float(unsharded[worst])
 
 
 def rank_memory(
@@ -323,9 +356,16 @@ def pipeline_memory(
     stages: Sequence[StageFootprint],
     holder: Sequence[Sequence[int]],
     peak_activation_bytes: Sequence[float],
+    moments: Sequence[np.ndarray] | None = None,
 ) -> MemoryResult:
     """Bytes per GPU of every pipeline rank: rank r holds model stages `holder[r]` (indices into `stages`) and at
-    its peak `peak_activation_bytes[r]` of their activations (the schedule's in-flight micro-batches)."""
+    its peak `peak_activation_bytes[r]` of their activations (the schedule's in-flight micro-batches).
+
+    `moments` (`sim.plan.Plan.memory_moments`, per rank): when what a stage holds besides activations changes
+    within the step (torchtitan under PP: FSDP2's gathered stages and gradient accumulators, from a chunk's first
+    forward or backward to its last, and the last stage's kept outputs, one per forward done), the peak is the
+    worst of those moments (`moment_peak`), not the sum of each part's own peak. Without them every part is at
+    its largest at once (an upper bound)."""
     max_layer_params = max((s.max_layer_params for s in stages), default=0.0)
     max_full_saved = max((s.max_full_saved_bytes for s in stages), default=0.0)
     gathered = gathered_params(train, max_layer_params, lambda: K.all_decoder_layer_ops(model, shard))
@@ -348,5 +388,13 @@ def pipeline_memory(
         kept_outputs = kept_pipeline_output_bytes(train, logits)  # retained forward outputs: with the activations
         unsharded = unsharded_stage_bytes(dense, expert, train)
         activations = peak_activation_bytes[r] + kept_outputs
+        if moments is not None and (unsharded or kept_outputs):
+            activations, unsharded = moment_peak(
+                moments[r],
+                [stages[i].saved_bytes for i in row],
+                [unsharded_stage_bytes(stages[i].dense_params, stages[i].expert_params, train, "params") for i in row],
+                [unsharded_stage_bytes(stages[i].dense_params, stages[i].expert_params, train, "grads") for i in row],
+                [kept_pipeline_output_bytes(train, stages[i].loss_logits) / train.num_microbatches for i in row],
+            )
         ranks.append(rank_memory(r, states, activations, max_full_saved, comm_buffers, loss, unsharded))
     return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)

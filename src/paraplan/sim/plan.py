@@ -99,6 +99,23 @@ class Plan:
         """Per rank: (task, chunk, cost key) of each chunk's last weight gradient, in task order."""
         return self._in_task_order(self.last_weight)
 
+    @cached_property
+    def memory_moments(self) -> tuple[np.ndarray, ...]:
+        """Per rank: the candidate moments of its memory peak, one row each, columns in `MOMENT_GROUPS` groups of
+        one per local chunk: the live (chunk, micro-batch) activations, whether the chunk's parameters are
+        gathered (from its first forward until its last weight gradient), whether its unsharded gradient
+        accumulator exists (from its first weight gradient until its last), and its forwards done so far (the
+        outputs a last stage keeps). The moments: right after each forward and after each chunk's first weight
+        gradient (its accumulator just created); any non-negative weighting peaks at one of them. What torch
+        FSDP2 under torch.distributed.pipelining does (`memory.model.keeps_stage_unsharded`): no gradient sync
+        and no reshard after backward but on the last micro-batch, when `backward_maybe_with_nosync` runs the
+        FSDP post-backward (reduce-scatter, free the unsharded gradient, reshard the parameters)."""
+        out = []
+        for r in range(self.pp):
+            a, b = int(self.first_action[self.lo[r]]), int(self.first_action[self.hi[r]])
+            out.append(_rank_moments(self.action_kind[a:b], self.action_chunk[a:b], self.n_chunks))
+        return tuple(out)
+
     def _in_task_order(self, table: tuple[tuple[int, ...], ...]) -> tuple[tuple[tuple[int, int, int], ...], ...]:
         keys = self.cost_key.tolist()
         return tuple(tuple(sorted((task, c, keys[task]) for c, task in enumerate(row) if task)) for row in table)
@@ -160,6 +177,29 @@ def _peak_candidates(v: np.ndarray) -> np.ndarray:
         v = v[ge.sum(axis=0) == 1]  # dominated by itself only
     return v
 
+
+MOMENT_GROUPS = 4
+"""Column groups of `Plan.memory_moments`: live activations, gathered parameters, gradient accumulators, forwards
+done, one column per local chunk each."""
+
+
+def _rank_moments(kind: np.ndarray, chunk: np.ndarray, n_chunks: int) -> np.ndarray:
+    """One rank's candidate peak moments (`Plan.memory_moments`), from its actions in execution order."""
+    one_hot = np.zeros((len(kind), n_chunks), dtype=np.int64)
+    one_hot[np.arange(len(kind)), chunk] = 1
+    is_f = kind == F
+    weight_grad = (kind == W) | (kind == BW)  # the actions that produce parameter gradients
+    forwards = np.cumsum(one_hot * is_f[:, None], axis=0)
+    grads = np.cumsum(one_hot * weight_grad[:, None], axis=0)
+    live = forwards - grads  # a micro-batch's activations live from its F until its W (or BW) ends
+    total_grads = grads[-1] if len(kind) else np.zeros(n_chunks, dtype=np.int64)
+    done = grads >= total_grads  # the chunk's last gradient has run: reduce-scattered, resharded
+    gathered = (forwards > 0) & ~done
+    accumulating = (grads > 0) & ~done
+    first_grad = weight_grad & (grads[np.arange(len(kind)), chunk] == 1)
+    rows = np.hstack((live, gathered, accumulating, forwards))[is_f | first_grad]
+    rows = np.unique(np.vstack((rows, np.zeros((1, MOMENT_GROUPS * n_chunks), dtype=np.int64))), axis=0)
+    return _peak_candidates(rows)
 
 def _group_columns(owner: np.ndarray, values: np.ndarray, n_rows: int) -> np.ndarray:
     """Scatter `values` into a [n_rows, width] matrix, row `owner`, in the given order (0 = empty)."""

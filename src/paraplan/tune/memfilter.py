@@ -66,7 +66,10 @@ class GroupMemory:
         peaks = [
             peak_live_bytes(self.plan, r, [footprints[i].saved_bytes for i in row]) for r, row in enumerate(self.holder)
         ]
-        return pipeline_memory(self.model, self.shard, train, self.system.gpu.hbm_bytes, footprints, self.holder, peaks)
+        return pipeline_memory(
+            self.model, self.shard, train, self.system.gpu.hbm_bytes, footprints, self.holder, peaks,
+            self.plan.memory_moments,
+        )  # fmt: skip
 
     def peak_bytes(self, mode: str, full_layers: int | None = None) -> float:
         """Peak bytes per GPU over the pipeline ranks with this recompute."""
