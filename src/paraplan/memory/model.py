@@ -263,9 +263,7 @@ def kept_pipeline_output_bytes(train: TrainingSpec, loss_logits: float) -> float
     return LOGIT_OUTPUT_BYTES * train.num_microbatches * loss_logits
 
 
-def unsharded_stage_bytes(
-    dense_params: float, expert_params: float, train: TrainingSpec, which: str = "both"
-) -> float:
+def unsharded_stage_bytes(dense_params: float, expert_params: float, train: TrainingSpec, which: str = "both") -> float:
     """The gathered 16-bit parameters ("params") and the unsharded gradients in the reduce dtype ("grads") of a
     stage that `keeps_stage_unsharded` (0 otherwise); "both": their sum."""
     if not keeps_stage_unsharded(train):

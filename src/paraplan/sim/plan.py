@@ -201,6 +201,7 @@ def _rank_moments(kind: np.ndarray, chunk: np.ndarray, n_chunks: int) -> np.ndar
     rows = np.unique(np.vstack((rows, np.zeros((1, MOMENT_GROUPS * n_chunks), dtype=np.int64))), axis=0)
     return _peak_candidates(rows)
 
+
 def _group_columns(owner: np.ndarray, values: np.ndarray, n_rows: int) -> np.ndarray:
     """Scatter `values` into a [n_rows, width] matrix, row `owner`, in the given order (0 = empty)."""
     if len(owner) == 0:
