@@ -368,7 +368,7 @@ def _chunk_cost(
     """(what the simulator needs, what the breakdown reports, dense and expert parameters) of one stage. `like`: the
     same stage's chunk under another calibration, whose data-parallel collectives (not clock-bound) it reuses.
     `timer`: the fitted profile, for the collectives it measured (`cost.collectives`)."""
-    units = max(1, total.num_layers) * (FSDP_TENSORS_PER_LAYER.get(train.framework, 1))
+    units = max(1, total.num_layers) * (FSDP_TENSORS_PER_LAYER.get(train.framework, 1) if train.shards_params else 1)
     # where the collectives' times came from, with a profile only (without one all are modelled): per micro-batch,
     # the data-parallel ones per step (each label alike)
     sources = dict(total.comm_sources) if timer is not None else None
@@ -659,42 +659,52 @@ def _dp_times(
 
     FSDP collectives run once per unit (`fsdp_units` per chunk), each over that unit's share. `timer`: the fitted
     profile (its measured collectives); `sources`: where each collective's time is recorded (`cost.collectives`),
-    under "dp" per step and "fsdp" per micro-batch (gathers twice: forward and backward)."""
+    under "dp" per step and "fsdp" per micro-batch (gathers twice: forward and backward).
+
+    ZeRO-2 (partitioned gradients, replicated parameters) reduce-scatters every micro-batch's gradients as its
+    backward makes them, per unit like FSDP's, and all-gathers the updated parameters once per step: DeepSpeed's
+    `stage_1_and_2.py` reduces its gradient buckets in the backward hooks of every micro-step (its engine's
+    `no_sync` refuses ZeRO-2/3), torch FSDP's SHARD_GRAD_OP reduce-scatters each backward without `no_sync`, as
+    Megatron-FSDP's `optim_grads`; the memory model holds two units' full gradients for it
+    (`memory.model.zero2_unsharded_grad_params`)."""
     dp_group = groups[CommAxis.DP]
     edp = expert_dp(train)
     edp_group = place_group(edp, train.etp * train.ep, system.gpus_per_node)
     grad_bytes, param_bytes = train.grad_reduce_bytes, train.param_gather_bytes
-    label = DATA_PARALLEL_LABELS[1] if train.shards_params else DATA_PARALLEL_LABELS[0]
+    per_mb, per_step = DATA_PARALLEL_LABELS[1], DATA_PARALLEL_LABELS[0]
 
-    def coll(kind: CommKind, params: float, nbytes_per: float, group: GroupPlacement) -> float:
+    def coll(kind: CommKind, params: float, nbytes_per: float, group: GroupPlacement, label: str) -> float:
         seconds, source = timed_collective(kind, params * nbytes_per, group, system, cal, axis=CommAxis.DP, timer=timer)
         if sources is not None:
-            times = 2 * fsdp_units if label == "fsdp" and kind is CommKind.ALL_GATHER else fsdp_units
-            record(sources, label, kind, source, seconds * (times if label == "fsdp" else 1))
+            twice = train.shards_params and kind is CommKind.ALL_GATHER  # FSDP gathers for forward and backward
+            times = (2 if twice else 1) * fsdp_units
+            record(sources, label, kind, source, seconds * (times if label == per_mb else 1))
         return seconds
 
-    if train.shards_params:
+    def per_unit(kind: CommKind, nbytes_per: float) -> float:
+        """One micro-batch's collectives over the chunk's `fsdp_units` units (under the per-micro-batch label)."""
         u = fsdp_units
-        gather = u * (
-            coll(CommKind.ALL_GATHER, dense_params / u, param_bytes, dp_group)
-            + coll(CommKind.ALL_GATHER, expert_params / u, param_bytes, edp_group)
+        return u * (
+            coll(kind, dense_params / u, nbytes_per, dp_group, per_mb)
+            + coll(kind, expert_params / u, nbytes_per, edp_group, per_mb)
         )
+
+    if train.shards_params:
+        gather = per_unit(CommKind.ALL_GATHER, param_bytes)
         # gradients reduce in the framework's reduce dtype (torch FSDP `reduce_dtype`, DeepSpeed's fp16 regime)
-        rs = u * (
-            coll(CommKind.REDUCE_SCATTER, dense_params / u, grad_bytes, dp_group)
-            + coll(CommKind.REDUCE_SCATTER, expert_params / u, grad_bytes, edp_group)
-        )
-        return 0.0, 0.0, gather, rs
+        return 0.0, 0.0, gather, per_unit(CommKind.REDUCE_SCATTER, grad_bytes)
     if train.shards_optimizer:
-        grad = coll(CommKind.REDUCE_SCATTER, dense_params, grad_bytes, dp_group) + coll(
-            CommKind.REDUCE_SCATTER, expert_params, grad_bytes, edp_group
+        gather = coll(CommKind.ALL_GATHER, dense_params, param_bytes, dp_group, per_step) + coll(
+            CommKind.ALL_GATHER, expert_params, param_bytes, edp_group, per_step
         )
-        gather = coll(CommKind.ALL_GATHER, dense_params, param_bytes, dp_group) + coll(
-            CommKind.ALL_GATHER, expert_params, param_bytes, edp_group
+        if train.zero_stage == 2:
+            return 0.0, gather, 0.0, per_unit(CommKind.REDUCE_SCATTER, grad_bytes)
+        grad = coll(CommKind.REDUCE_SCATTER, dense_params, grad_bytes, dp_group, per_step) + coll(
+            CommKind.REDUCE_SCATTER, expert_params, grad_bytes, edp_group, per_step
         )
         return grad, gather, 0.0, 0.0
-    grad = coll(CommKind.ALL_REDUCE, dense_params, grad_bytes, dp_group) + coll(
-        CommKind.ALL_REDUCE, expert_params, grad_bytes, edp_group
+    grad = coll(CommKind.ALL_REDUCE, dense_params, grad_bytes, dp_group, per_step) + coll(
+        CommKind.ALL_REDUCE, expert_params, grad_bytes, edp_group, per_step
     )
     return grad, 0.0, 0.0, 0.0
 
