@@ -7,6 +7,7 @@ the fitted profile, `ProjectionOptions.profile`), so the tuner never recomputes 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,7 +38,7 @@ from paraplan.memory.activations import FULL_INNER, OFFLOAD, LayerModes, layer_m
 from paraplan.memory.blocks import BlockMemory, block_memory
 from paraplan.memory.model import StageFootprint, expert_dp, pipeline_memory
 from paraplan.result import Projection
-from paraplan.sim.costs import ChunkCost, PipelineCosts
+from paraplan.sim.costs import DEFAULT_DP_BUCKETS_PER_CHUNK, ChunkCost, PipelineCosts
 from paraplan.sim.engine import schedule_plan
 from paraplan.sim.pipeline import ChunkExtras, play_pipeline
 from paraplan.specs.model import ModelSpec
@@ -570,6 +571,7 @@ def project_specs(
             overlap_grad_reduce=train.overlap_grad_reduce,
             overlap_param_gather=train.overlap_param_gather,
             ep_overlap=train.moe_ep_overlap or None,
+            dp_buckets_per_chunk=_buckets_per_chunk(train, stage_costs),
         ),
         extras,
         cal.step_overhead_s,
@@ -603,6 +605,17 @@ def project_specs(
         hardware_flops_per_step=step_flops_hw,
         collectives=collectives,
     )
+
+
+def _buckets_per_chunk(train: TrainingSpec, stage_costs: Sequence[tuple[ChunkCost, ChunkExtras, float, float]]) -> int:
+    """The simulator's gradient buckets per chunk: the default without `ddp_bucket_size`, else the most any chunk
+    has (its dense and expert gradients live in separate buffers, each bucketed: megatron-core
+    distributed_data_parallel.py builds one param-and-grad buffer per kind)."""
+    if train.ddp_bucket_size is None:
+        return DEFAULT_DP_BUCKETS_PER_CHUNK
+    size = train.ddp_bucket_size
+    counts = [dp_bucket_count(dense, size) + dp_bucket_count(expert, size) for _, _, dense, expert in stage_costs]
+    return max(1, *counts)
 
 
 @lru_cache(maxsize=256)
@@ -644,6 +657,17 @@ DATA_PARALLEL_LABELS = ("dp", "fsdp")
 FSDP_TENSORS_PER_LAYER = {"deepspeed": 12}
 
 
+def dp_bucket_count(params: float, bucket_size: int | None) -> int:
+    """Megatron DDP buckets of `params` parameters at `bucket_size` parameters each: ceil(params / size) (the
+    param-and-grad buffer closes a bucket once it holds `bucket_size` parameters). None: the fixed
+    `PipelineCosts.dp_buckets_per_chunk` default stands for the framework's own size."""
+    if params <= 0:
+        return 0
+    if bucket_size is None:
+        return DEFAULT_DP_BUCKETS_PER_CHUNK
+    return max(1, math.ceil(params / bucket_size))
+
+
 def _dp_times(
     dense_params: float,
     expert_params: float,
@@ -674,12 +698,27 @@ def _dp_times(
     per_mb, per_step = DATA_PARALLEL_LABELS[1], DATA_PARALLEL_LABELS[0]
 
     def coll(kind: CommKind, params: float, nbytes_per: float, group: GroupPlacement, label: str) -> float:
+        if label == per_step and train.ddp_bucket_size is not None:
+            return bucketed(kind, params, nbytes_per, group)
         seconds, source = timed_collective(kind, params * nbytes_per, group, system, cal, axis=CommAxis.DP, timer=timer)
         if sources is not None:
             twice = train.shards_params and kind is CommKind.ALL_GATHER  # FSDP gathers for forward and backward
             times = (2 if twice else 1) * fsdp_units
             record(sources, label, kind, source, seconds * (times if label == per_mb else 1))
         return seconds
+
+    def bucketed(kind: CommKind, params: float, nbytes_per: float, group: GroupPlacement) -> float:
+        """Megatron DDP's per-step collective in `ddp_bucket_size`-parameter buckets, one collective each
+        (megatron-core distributed_data_parallel.py / param_and_grad_buffer.py): each pays the collective's latency."""
+        n = dp_bucket_count(params, train.ddp_bucket_size)
+        if n == 0:
+            return 0.0
+        seconds, source = timed_collective(
+            kind, params / n * nbytes_per, group, system, cal, axis=CommAxis.DP, timer=timer
+        )
+        if sources is not None:
+            record(sources, per_step, kind, source, seconds * n)
+        return seconds * n
 
     def per_unit(kind: CommKind, nbytes_per: float) -> float:
         """One micro-batch's collectives over the chunk's `fsdp_units` units (under the per-micro-batch label)."""

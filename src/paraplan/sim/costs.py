@@ -61,6 +61,10 @@ class ChunkCost:
         return self.forward_s + self.backward_input_s + self.backward_weight_s
 
 
+DEFAULT_DP_BUCKETS_PER_CHUNK = 8
+"""Buckets per chunk when the spec leaves the DDP bucket size to the framework."""
+
+
 @dataclass(frozen=True, slots=True)
 class PipelineCosts:
     """Everything one training step's pipeline simulation needs."""
@@ -87,9 +91,10 @@ class PipelineCosts:
     schedule with `overlap_moe_expert_parallel_comm`). None: on where the schedule always pairs them
     (`PipelineSchedule.pairs_forward_backward`: DualPipe, DualPipeV), off otherwise. Schedules without such pairs
     (gpipe, 1f1b, zb-h1, zb-v) ignore it."""
-    dp_buckets_per_chunk: int = 8
-    """Gradient (and parameter) buckets per chunk for the DP overlap model. Megatron's bucket holds 40M
-    parameters by default (`--ddp-bucket-size`), so a chunk has about params/40M of them."""
+    dp_buckets_per_chunk: int = DEFAULT_DP_BUCKETS_PER_CHUNK
+    """Gradient (and parameter) buckets per chunk for the DP overlap model: each chunk's reduction (and gather)
+    in this many equal parts. Megatron's bucket holds max(40M, 1M x dp) parameters by default
+    (`--ddp-bucket-size`); the projection sets ceil(params / size) when the spec gives `ddp_bucket_size`."""
 
     @property
     def pp(self) -> int:

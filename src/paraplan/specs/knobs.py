@@ -84,9 +84,27 @@ def graph_and_offload_problems(model: ModelSpec, train: TrainingSpec) -> list[st
     return p
 
 
+def bucket_problems(train: TrainingSpec) -> list[str]:
+    """megatron-core DistributedDataParallelConfig.bucket_size: a positive parameter count, used by Megatron's own
+    DDP (torch FSDP and ZeRO-3 shard per layer instead: they have no such bucket)."""
+    size = train.ddp_bucket_size
+    if size is None:
+        return []
+    p: list[str] = []
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        p.append(f"ddp_bucket_size must be a positive whole number of parameters (got {size!r})")
+    if train.shards_params or train.zero_stage == 2:
+        p.append(
+            f"ddp_bucket_size applies to Megatron's DDP buckets; FSDP / ZeRO-{max(train.zero_stage, 2)} reduce per "
+            "layer unit (unset it)"
+        )
+    return p
+
+
 def knob_problems(model: ModelSpec, train: TrainingSpec) -> list[str]:
     return (
         recompute_problems(model, train)
         + moe_capacity_problems(model, train)
         + graph_and_offload_problems(model, train)
+        + bucket_problems(train)
     )

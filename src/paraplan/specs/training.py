@@ -101,6 +101,11 @@ class TrainingSpec:
     """Fully sharded data parallel (torch FSDP / Megatron FSDP): same memory as ZeRO-3."""
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
+    ddp_bucket_size: int | None = None
+    """Megatron `--ddp-bucket-size` (megatron-core DistributedDataParallelConfig.bucket_size): parameters per
+    gradient bucket of the data-parallel reduction (and of the distributed optimizer's parameter all-gather), each
+    bucket one collective, issued as soon as its gradients are ready. None: the framework default (megatron-core
+    sizes buckets max(40M, 1M x dp) parameters), which paraplan models as a fixed 8 buckets per model chunk."""
     tp_comm_overlap: bool = False
     tp_async_backward: bool = True
     """The backward's tensor-parallel collective of a column-parallel linear's input gradient (all-reduce, or
