@@ -17,7 +17,7 @@ KNOB_FIELDS = (
     "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules", "recompute_layer_ids",
     "moe_pad_expert_input_to_capacity", "moe_expert_capacity_factor", "cuda_graph_scope", "cpu_offloading_num_layers",
     "optimizer_cpu_offload", "optimizer_offload_fraction", "use_precision_aware_optimizer", "exp_avg_dtype",
-    "exp_avg_sq_dtype",
+    "exp_avg_sq_dtype", "ddp_bucket_size",
 )  # fmt: skip
 
 CASES = {
@@ -42,6 +42,7 @@ CASES = {
             tp=2, dist_opt=True, cpu_offloading_num_layers=8, optimizer_cpu_offload=True, optimizer_offload_fraction=0.5
         ),
     ),
+    "ddp bucket size": ("llama3.1-8b", dict(tp=2, dist_opt=True, overlap_grad_reduce=True, ddp_bucket_size=20_000_000)),
     "full-iteration graph, bf16 moments": (
         "llama3.1-8b",
         dict(
@@ -126,6 +127,25 @@ def test_megatron_flags_as_megatron_core_spells_them() -> None:
     assert full.cuda_graph_scope == "full_iteration"
     off = _megatron("--cpu-offloading --cpu-offloading-num-layers 6 --optimizer-cpu-offload").train
     assert (off.cpu_offloading_num_layers, off.optimizer_cpu_offload, off.optimizer_offload_fraction) == (6, True, 1.0)
+
+
+def test_ddp_bucket_size_in_each_format_s_own_words() -> None:
+    """`--ddp-bucket-size` (Megatron / Primus destination `ddp_bucket_size`), `ddp.bucket_size` in Megatron-Bridge
+    (DistributedDataParallelConfig.bucket_size); torchtitan has no such bucket and strict writing refuses it."""
+    assert _megatron("--overlap-grad-reduce --ddp-bucket-size 25000000").train.ddp_bucket_size == 25_000_000
+    assert _megatron("--overlap-grad-reduce").train.ddp_bucket_size is None
+    model = model_preset("llama3.1-8b")
+    train = _spec("llama3.1-8b", dict(tp=2, overlap_grad_reduce=True, ddp_bucket_size=20_000_000))
+    assert "--ddp-bucket-size 20000000" in emit("megatron", model, SYSTEM, train, strict=True)
+    nemo = emit("nemo", model, SYSTEM, train, strict=True)
+    assert "bucket_size: 20000000" in nemo and "ddp_bucket_size" not in nemo
+    assert "ddp_bucket_size: 20000000" in emit("primus", model, SYSTEM, train, strict=True)
+    with pytest.raises(ConfigError, match="DDP bucket size"):
+        emit("torchtitan", model, SYSTEM, train, strict=True)
+    with pytest.raises(ConfigError, match="ddp_bucket_size must be a positive"):
+        _spec("llama3.1-8b", dict(tp=2, ddp_bucket_size=0))
+    with pytest.raises(ConfigError, match="ddp_bucket_size applies to Megatron's DDP"):
+        _spec("llama3.1-8b", dict(tp=2, fsdp=True, ddp_bucket_size=20_000_000))
 
 
 def test_torchtitan_cpu_offload_round_trip() -> None:

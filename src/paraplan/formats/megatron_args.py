@@ -45,6 +45,7 @@ RELEVANT: tuple[Arg, ...] = (
     _a("use_distributed_optimizer", "switch"),
     _a("overlap_grad_reduce", "switch"),
     _a("overlap_param_gather", "switch"),
+    _a("ddp_bucket_size", "int"),
     _a("tp_comm_overlap", "switch"),
     _a("overlap_moe_expert_parallel_comm", "switch"),
     _a("moe_token_dispatcher_type", "str", choices=("allgather", "alltoall", "flex")),
@@ -240,7 +241,7 @@ _IGNORED_VALUED = (
     "tensorboard_log_interval tensorboard_queue_size timing_log_level timing_log_option wandb_project "
     "wandb_exp_name wandb_save_dir eval_interval eval_iters save load save_interval ckpt_format "
     "pretrained_checkpoint exit_interval exit_duration_in_mins manual_gc_interval distributed_backend "
-    "distributed_timeout_minutes ddp_bucket_size profile_step_start profile_step_end profile_ranks rotary_base "
+    "distributed_timeout_minutes profile_step_start profile_step_end profile_ranks rotary_base "
     "rotary_percent rotary_scaling_factor rotary_seq_len_interpolation_factor rope_scaling_factor mscale "
     "mscale_all_dim norm_epsilon max_position_embeddings transformer_impl tp_comm_overlap_cfg "
     "num_distributed_optimizer_instances "

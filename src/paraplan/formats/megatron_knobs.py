@@ -1,6 +1,7 @@
 """Megatron's production knobs, between argument values (destination names) and `TrainingSpec` fields: drop-and-pad
-MoE, CUDA graphs, activation and optimizer CPU offload (megatron-core 0.16 TransformerConfig, ModelParallelConfig,
-OptimizerConfig; the same names in Primus YAML and in NeMo / Megatron-Bridge model and optimizer configs)."""
+MoE, CUDA graphs, activation and optimizer CPU offload, the DDP bucket size (megatron-core 0.16 TransformerConfig,
+ModelParallelConfig, OptimizerConfig, DistributedDataParallelConfig; the same names in Primus YAML and in NeMo /
+Megatron-Bridge model and optimizer configs, whose `ddp:` names the bucket size `bucket_size`)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ def knob_fields(v: Mapping[str, Any], problems: Problems, label: Label) -> dict[
             train["cpu_offloading_num_layers"] = int(v.get("cpu_offloading_num_layers", 0))
     elif v.get("cpu_offloading_num_layers"):
         problems.note(f"{label('cpu_offloading_num_layers')} without {label('cpu_offloading')}: nothing offloaded")
+    if v.get("ddp_bucket_size") is not None:
+        train["ddp_bucket_size"] = int(v["ddp_bucket_size"])
     if v.get("optimizer_cpu_offload"):
         train["optimizer_cpu_offload"] = True
         train["optimizer_offload_fraction"] = float(v.get("optimizer_offload_fraction", 1.0))
@@ -81,6 +84,8 @@ def knob_values(train: TrainingSpec) -> dict[str, Any]:
     if train.cpu_offloading_num_layers:
         out["cpu_offloading"] = True
         out["cpu_offloading_num_layers"] = train.cpu_offloading_num_layers
+    if train.ddp_bucket_size is not None:
+        out["ddp_bucket_size"] = train.ddp_bucket_size
     if train.optimizer_cpu_offload:
         out["optimizer_cpu_offload"] = True
         out["optimizer_offload_fraction"] = train.optimizer_offload_fraction

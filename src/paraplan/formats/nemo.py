@@ -57,6 +57,7 @@ MCORE_TO_ARG: Mapping[str, str] = {
     "num_layers_in_last_pipeline_stage": "decoder_last_pipeline_num_layers",
     "virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
     "use_custom_fsdp": "use_megatron_fsdp",
+    "bucket_size": "ddp_bucket_size",  # DistributedDataParallelConfig.bucket_size (Megatron-Bridge `ddp:`)
 }
 SAME_NAME = frozenset(
     (
@@ -513,6 +514,7 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
         optimizer_knobs["use_precision_aware_optimizer"] = True
         for dest in ("main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
             optimizer_knobs[dest] = getattr(train, dest)
+    bucket_size = knobs.pop("ddp_bucket_size", None)
     m.update(knobs)
     m["tp_comm_overlap"] = train.tp_comm_overlap
     m["cross_entropy_loss_fusion"] = train.cross_entropy_fusion
@@ -528,6 +530,8 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
         "overlap_param_gather": train.overlap_param_gather,
         "grad_reduce_in_fp32": train.grad_reduce_in_fp32,
     }
+    if bucket_size is not None:
+        ddp["bucket_size"] = bucket_size
     if sharded_params or train.zero_stage == 2:
         ddp["use_megatron_fsdp"] = True
         ddp["data_parallel_sharding_strategy"] = "optim_grads_params" if sharded_params else "optim_grads"

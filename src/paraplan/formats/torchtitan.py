@@ -518,6 +518,7 @@ def write_torchtitan(model: ModelSpec, system: SystemSpec, train: TrainingSpec, 
         (train.moe_pad_expert_input_to_capacity, "drop-and-pad MoE (expert capacity)"),
         (train.recompute_modules is not None, "selective recompute of named modules"),
         (train.recompute_layer_ids is not None, "recompute by layer ids"),
+        (train.ddp_bucket_size is not None, "a Megatron DDP bucket size (torchtitan has no such bucket)"),
         (train.recompute_method == "uniform" and train.recompute_granularity == "full", "uniform recompute runs"),
     ):
         if flag:
