@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from paraplan.memory.model import GIB
+from paraplan.projection import dp_bucket_count, stage_costs
 from paraplan.sim.breakdown import BreakdownPart as P
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
 from paraplan.specs.training import TrainingSpec
@@ -213,6 +214,77 @@ def dp_overlap(d: Diagnosis) -> Proposals:
                 {"overlap_param_gather": True},
             )
         )
+    return out
+
+
+def _round_params(count: float) -> int:
+    """A bucket size to propose: whole millions of parameters from a million up."""
+    return max(1, round(count / 1e6)) * 1_000_000 if count >= 1e6 else max(1, round(count))
+
+
+def _params(count: float) -> str:
+    return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.3g}M"
+
+
+def _bucket_reduce(d: Diagnosis, size: int | None) -> tuple[float, int, float]:
+    """(seconds of the slowest model chunk's per-step gradient reduction, its buckets, its parameters) at `size`
+    parameters per bucket (None: the framework default as modelled), from the costing the projection runs."""
+    stages = stage_costs(d.model, d.system, replace(d.train, ddp_bucket_size=size))
+    worst = max(stages, key=lambda s: s.dp_grad_reduce_s)
+    buckets = dp_bucket_count(worst.dense_params, size) + dp_bucket_count(worst.expert_params, size)
+    return worst.dp_grad_reduce_s, max(1, buckets), worst.dense_params + worst.expert_params
+
+
+@rule("ddp_bucket_size", P.DP_GRAD_REDUCE_EXPOSED)
+def ddp_bucket_size(d: Diagnosis) -> Proposals:
+    """Megatron `--ddp-bucket-size` (megatron-core DistributedDataParallelConfig.bucket_size). With the reduction
+    overlapped, the bucket holding the first layers' gradients is ready only when the backward ends, so at least
+    its collective stays exposed: smaller buckets shrink it, but each bucket is one collective paying its latency.
+    Smaller buckets when the last bucket's saving outweighs the added latency; larger ones when the added latency
+    of many small buckets is the larger term."""
+    t = d.train
+    exposed = d.share(P.DP_GRAD_REDUCE_EXPOSED)
+    if t.framework not in MCORE or t.dp * t.cp < 2 or t.shards_params or t.zero_stage == 2:
+        return []
+    if exposed < NOTABLE_SHARE / 2:
+        return []
+    total, n, params = _bucket_reduce(d, t.ddp_bucket_size)
+    if total <= 0:
+        return []
+    size = t.ddp_bucket_size or max(1, math.ceil(params / n))  # the default's effective size, as modelled
+    exposed_ms = 1e3 * d.seconds(P.DP_GRAD_REDUCE_EXPOSED)
+    head = (
+        f"the gradient reduction is exposed for {_pct(exposed)} of the step ({exposed_ms:.1f} ms); a model chunk "
+        f"reduces {1e3 * total:.1f} ms in {n} buckets of {_params(size)} parameters, "
+    )
+    out: Proposals = []
+    for factor in (2, 4):
+        if not t.overlap_grad_reduce:
+            break  # without overlap every bucket waits for the backward's end: only fewer collectives help
+        smaller = _round_params(size / factor)
+        after, m, _ = _bucket_reduce(d, smaller)
+        last_saved, added = total / n - after / m, after - total
+        if m > n and last_saved > added:
+            out.append(
+                (
+                    head + f"the last one ({1e3 * total / n:.2f} ms) after the backward; {m} buckets of "
+                    f"{_params(smaller)} should expose {1e3 * after / m:.2f} ms instead for "
+                    f"{1e3 * added:.2f} ms more of collective latency",
+                    {"ddp_bucket_size": smaller},
+                )
+            )
+    for factor in (2, 4):
+        larger = _round_params(size * factor)
+        after, m, _ = _bucket_reduce(d, larger)
+        saved = total - after
+        if m < n and saved >= NOTABLE_SHARE / 2 * d.step_time_s and saved > after / m - total / n:
+            out.append(
+                (
+                    head + f"latency-bound; {m} buckets of {_params(larger)} should reduce in {1e3 * after:.1f} ms "
+                    f"({1e3 * saved:.1f} ms less) at a last bucket of {1e3 * after / m:.2f} ms",
+                    {"ddp_bucket_size": larger},
+                )
+            )
     return out
 
 
