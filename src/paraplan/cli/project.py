@@ -107,6 +107,9 @@ def _projection_command(
     fsdp: Annotated[bool | None, Opt("--fsdp/--no-fsdp")] = None,
     overlap_grad_reduce: Annotated[bool | None, Opt("--overlap-grad-reduce/--no-overlap-grad-reduce")] = None,
     overlap_param_gather: Annotated[bool | None, Opt("--overlap-param-gather/--no-overlap-param-gather")] = None,
+    ddp_bucket_size: Annotated[
+        int | None, Opt("--ddp-bucket-size", help="parameters per DDP gradient bucket (Megatron --ddp-bucket-size)")
+    ] = None,
     tp_comm_overlap: Annotated[bool | None, Opt("--tp-comm-overlap/--no-tp-comm-overlap")] = None,
     tp_async_backward: Annotated[
         bool | None,

@@ -35,6 +35,7 @@ TRAINING_OPTIONS: Mapping[str, str] = MappingProxyType(
         "fsdp": "fsdp",
         "overlap_grad_reduce": "overlap_grad_reduce",
         "overlap_param_gather": "overlap_param_gather",
+        "ddp_bucket_size": "ddp_bucket_size",
         "tp_comm_overlap": "tp_comm_overlap",
         "tp_async_backward": "tp_async_backward",
         "ep_overlap": "moe_ep_overlap",
