@@ -56,6 +56,8 @@ def paraplan_command(problem: TuneProblem, num_gpus: int, t: TrainingSpec) -> st
     ):
         if on:
             args.append(f"--{flag}")
+    if t.ddp_bucket_size is not None:
+        args.append(f"--ddp-bucket-size {t.ddp_bucket_size}")
     args.append(f"--precision {t.precision} --schedule {t.pipeline_schedule}")
     if t.account_for_embedding_in_pipeline_split:
         args.append("--account-for-embedding-in-pipeline-split")

@@ -12,6 +12,7 @@ from paraplan.tune.agent.changes import apply_changes
 from paraplan.tune.agent.diagnosis import Diagnosis, diagnose
 from paraplan.tune.agent.proposers.rules import RULES
 from paraplan.tune.candidate import TuneProblem
+from paraplan.tune.reproduce import megatron_args, paraplan_command
 
 
 def _diagnosis(gpus: int, **values: object) -> tuple[TuneProblem, Diagnosis]:
@@ -54,3 +55,9 @@ def test_quiet_without_a_megatron_ddp_reduction() -> None:
     for values in (dict(tp=8), dict(fsdp=True, overlap_grad_reduce=True), dict(framework="torchtitan", fsdp=True)):
         _, d = _diagnosis(8, **values)
         assert not RULES["ddp_bucket_size"].propose(d), values
+
+
+def test_a_kept_bucket_size_is_in_the_reproducing_commands() -> None:
+    problem, d = _diagnosis(64, overlap_grad_reduce=True, ddp_bucket_size=25_000_000)
+    assert "--ddp-bucket-size 25000000" in paraplan_command(problem, 64, d.train)
+    assert "--ddp-bucket-size 25000000" in megatron_args(problem, d.train)
