@@ -15,6 +15,7 @@ from paraplan.cost.comm import collective_time_s
 from paraplan.errors import ConfigError
 from paraplan.graph.ops import CommAxis, CommKind
 from paraplan.projection import dp_bucket_count, group_placements, stage_costs
+from paraplan.sim.breakdown import ROUNDING_REL
 from paraplan.sim.breakdown import BreakdownPart as P
 from paraplan.specs.presets import model_preset, system_preset
 from paraplan.specs.training import TrainingSpec
@@ -95,3 +96,33 @@ def test_unset_keeps_the_default_model() -> None:
 def test_bad_bucket_sizes_are_refused(values: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         _train(NODE, **values)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        dict(
+            model="llama3.1-8b",
+            gpus=64,
+            tp=2,
+            pp=2,
+            vpp=2,
+            pipeline_schedule="interleaved",
+            gbs=64,
+            dist_opt=True,
+            overlap_param_gather=True,
+        ),
+        dict(model="mixtral-8x7b", gpus=64, tp=2, pp=2, ep=4, sp=True, gbs=64, dist_opt=True),
+        dict(model="llama3.1-8b", gpus=16, tp=1, pp=1, gbs=16, overlap_grad_reduce=False),
+    ],
+)
+@pytest.mark.parametrize("size", [2_000_000, 40_000_000, 500_000_000])
+def test_bucketed_breakdowns_keep_the_invariants(values: dict, size: int) -> None:
+    """Parts >= 0 summing to the step, exposed <= total per kind, over pipelines, virtual stages, the distributed
+    optimizer's bucketed gather and experts' own buckets."""
+    values = {"gpu": "h100-sxm5-80gb", "mbs": 1, "seq": 4096, "overlap_grad_reduce": True, **values}
+    p = paraplan.project(**values, ddp_bucket_size=size)
+    assert min(p.breakdown.values()) >= 0
+    assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s, rel=ROUNDING_REL)
+    for kind, seconds in p.pipeline.comm_exposed_s.items():
+        assert seconds <= p.pipeline.comm_total_s.get(kind, 0.0) * (1 + ROUNDING_REL) + 1e-15, kind
