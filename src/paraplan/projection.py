@@ -36,7 +36,7 @@ from paraplan.graph.ops import CommAxis, CommKind, Op
 from paraplan.graph.partition import PipelineSplit, VirtualStage, chunks_per_rank, pipeline_split, split_stages
 from paraplan.memory.activations import FULL_INNER, OFFLOAD, LayerModes, layer_modes
 from paraplan.memory.blocks import BlockMemory, block_memory
-from paraplan.memory.model import StageFootprint, expert_dp, pipeline_memory
+from paraplan.memory.model import MemoryResult, StageFootprint, expert_dp, pipeline_memory
 from paraplan.result import Projection
 from paraplan.sim.costs import DEFAULT_DP_BUCKETS_PER_CHUNK, ChunkCost, PipelineCosts
 from paraplan.sim.engine import schedule_plan
@@ -504,8 +504,15 @@ def stage_costs(
 
 
 def project_specs(
-    model: ModelSpec, system: SystemSpec, train: TrainingSpec, options: ProjectionOptions | None = None
+    model: ModelSpec,
+    system: SystemSpec,
+    train: TrainingSpec,
+    options: ProjectionOptions | None = None,
+    memory: MemoryResult | None = None,
 ) -> Projection:
+    """Project one step. `memory`: this spec's memory per rank already computed by the same model (the tuner's
+    pre-filter, `tune.memfilter.GroupMemory.memory`, equal to the byte: tests/tune/test_memfilter.py); None
+    computes it here."""
     options = options or ProjectionOptions()
     train = check(model, system, train)
     base_cal = options.calibration or calibration_for(system.gpu.name, train.framework)
@@ -584,12 +591,13 @@ def project_specs(
         for extra in extras[pipeline.critical_rank]:
             add_records(records, extra.comm_sources)
         collectives = collective_sources(records, pipeline.comm_total_s)
-    footprints = stage_footprints(stage_parts, model, shard)
-    plan = schedule_plan(train.pipeline_schedule, train.pp, chunks, train.num_microbatches, train.overlaps_ep)
-    memory = pipeline_memory(
-        model, shard, train, system.gpu.hbm_bytes, footprints, holder, pipeline.peak_activation_bytes,
-        plan.memory_moments,
-    )  # fmt: skip
+    if memory is None:
+        footprints = stage_footprints(stage_parts, model, shard)
+        plan = schedule_plan(train.pipeline_schedule, train.pp, chunks, train.num_microbatches, train.overlaps_ep)
+        memory = pipeline_memory(
+            model, shard, train, system.gpu.hbm_bytes, footprints, holder, pipeline.peak_activation_bytes,
+            plan.memory_moments,
+        )  # fmt: skip
     tokens = train.gbs * train.seq
     step_flops_model = model_flops_per_sequence(model, train.seq, train.attention_backend) * train.gbs
     step_flops_hw = step_flops_model + (flops_hw - flops_model) * train.gbs / train.mbs * train.tp * train.cp

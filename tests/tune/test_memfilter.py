@@ -49,7 +49,9 @@ def test_the_filter_and_the_projection_agree_on_every_candidate(run: str) -> Non
         group_verdict = memory.fits(c.recompute, c.recompute_layers)  # the tuner's group path
         screen_verdict = memory_filter.admits(problem.model, system, check(problem.model, system, train))
         peak = memory.peak_bytes(c.recompute, c.recompute_layers)
-        if not (group_verdict == screen_verdict == projected.fits and peak == projected.peak.total_bytes):
+        # every rank's every part, to the byte: the projection of a candidate that fits takes the filter's memory
+        same = memory.memory(c.recompute, c.recompute_layers) == projected
+        if not (same and group_verdict == screen_verdict == projected.fits and peak == projected.peak.total_bytes):
             disagree.append(f"{c}: filter {group_verdict}/{screen_verdict} {peak}, core {projected.fits}")
         checked += 1
         fitting += projected.fits
@@ -88,3 +90,26 @@ def test_estimate_is_the_projection_peak() -> None:
         assert estimate_peak_bytes(problem.model, system, train) == projected.memory.peak.total_bytes
         checked += 1
     assert checked >= 3
+
+
+def test_a_projection_given_the_filters_memory_is_the_one_computing_it() -> None:
+    """The tuner's group path hands the filter's memory to the projection: the whole projection (repr) must be the
+    one the core computes on its own, for every candidate that fits."""
+    problem = TuneProblem(model_preset("mixtral-8x7b"), (system_preset("h100-sxm5-80gb", 32),), 128, 4096)
+    space = SearchSpace(problem, parse_constraints([], {"mbs": 1, "cp": 1}))
+    evaluator = Evaluator(problem, space)
+    compared = 0
+    for base in list(space.structures())[::7][:40]:
+        base_train = to_training(problem, base)
+        if candidate_problems(problem, base, base_train):
+            continue
+        system = problem.system(base.num_gpus)
+        memory = GroupMemory(problem.model, system, base_train)
+        for c in space.recompute_chain(base):
+            if not memory.fits(c.recompute, c.recompute_layers):
+                continue
+            train = memory.train_for(c.recompute, c.recompute_layers)
+            given = evaluator.project(c, train, memory.memory(c.recompute, c.recompute_layers))
+            assert repr(given) == repr(evaluator.project(c, train)), c
+            compared += 1
+    assert compared > 20

@@ -346,6 +346,23 @@ class StageFootprint:
     """Parameters outside the decoder layers (embedding, final norm, LM head): torch FSDP2's root unit."""
 
 
+@dataclass(frozen=True, slots=True)
+class RankStates:
+    """What one pipeline rank holds whatever it recomputes: its weights, gradients and optimizer states, the loss's
+    transient, the pipeline outputs it keeps and the unsharded stage (functions of its stages' parameters and logits,
+    never of their saved activations)."""
+
+    states: dict[str, float]
+    loss_working_bytes: float
+    kept_output_bytes: float
+    unsharded_bytes: float
+
+
+RankStatesCache = dict[tuple[float, ...], RankStates]
+"""`RankStates` by a rank's (dense, expert, edge parameters, loss logits, largest layer's parameters): valid for one
+model, shard and training spec but for its recompute settings (`tune.memfilter.GroupMemory` holds one per structure)."""
+
+
 def pipeline_memory(
     model: ModelSpec,
     shard: Shard,
@@ -355,6 +372,7 @@ def pipeline_memory(
     holder: Sequence[Sequence[int]],
     peak_activation_bytes: Sequence[float],
     moments: Sequence[np.ndarray] | None = None,
+    states_cache: RankStatesCache | None = None,
 ) -> MemoryResult:
     """Bytes per GPU of every pipeline rank: rank r holds model stages `holder[r]` (indices into `stages`) and at
     its peak `peak_activation_bytes[r]` of their activations (the schedule's in-flight micro-batches).
@@ -363,29 +381,27 @@ def pipeline_memory(
     within the step (torchtitan under PP: FSDP2's gathered stages and gradient accumulators, from a chunk's first
     forward or backward to its last, and the last stage's kept outputs, one per forward done), the peak is the
     worst of those moments (`moment_peak`), not the sum of each part's own peak. Without them every part is at
-    its largest at once (an upper bound)."""
+    its largest at once (an upper bound).
+    `states_cache`: the ranks' `RankStates` already computed for this model, shard and spec (any recompute)."""
     max_layer_params = max((s.max_layer_params for s in stages), default=0.0)
     max_full_saved = max((s.max_full_saved_bytes for s in stages), default=0.0)
-    gathered = gathered_params(train, max_layer_params, lambda: K.all_decoder_layer_ops(model, shard))
-    if keeps_stage_unsharded(train):  # the whole stage is gathered already (`unsharded_stage_bytes`)
-        gathered = 0.0
     comm_buffers = comm_buffer_bytes(model, shard, train)
-    zero2_grads = zero2_unsharded_grad_params(train, max_layer_params)
-    edp = expert_dp(train)
+    cache: RankStatesCache = {} if states_cache is None else states_cache
+    gathered: float | None = None  # looked up once, when a rank's states are not cached
     ranks = []
     for r, row in enumerate(holder):
         dense = sum(stages[i].dense_params for i in row)
         expert = sum(stages[i].expert_params for i in row)
         edge = sum(stages[i].edge_params for i in row)
-        rank_gathered = gathered and max(gathered, root_unit_gathered(train, edge, max_layer_params))
-        states = state_bytes(
-            dense, expert, train, edp, gathered_params=rank_gathered, unsharded_grad_params=zero2_grads
-        )
         logits = max((stages[i].loss_logits for i in row), default=0.0)
-        loss = loss_extra_bytes_per_logit(train) * logits
-        kept_outputs = kept_pipeline_output_bytes(train, logits)  # retained forward outputs: with the activations
-        unsharded = unsharded_stage_bytes(dense, expert, train)
-        activations = peak_activation_bytes[r] + kept_outputs
+        key = (dense, expert, edge, logits, max_layer_params)
+        rank = cache.get(key)
+        if rank is None:
+            if gathered is None:
+                gathered = _gathered_params(model, shard, train, max_layer_params)
+            rank = cache[key] = _rank_states(train, dense, expert, edge, logits, max_layer_params, gathered)
+        kept_outputs, unsharded = rank.kept_output_bytes, rank.unsharded_bytes
+        activations = peak_activation_bytes[r] + kept_outputs  # retained forward outputs: with the activations
         if moments is not None and (unsharded or kept_outputs):
             activations, unsharded = moment_peak(
                 moments[r],
@@ -394,5 +410,38 @@ def pipeline_memory(
                 [unsharded_stage_bytes(stages[i].dense_params, stages[i].expert_params, train, "grads") for i in row],
                 [kept_pipeline_output_bytes(train, stages[i].loss_logits) / train.num_microbatches for i in row],
             )
-        ranks.append(rank_memory(r, states, activations, max_full_saved, comm_buffers, loss, unsharded))
+        ranks.append(
+            rank_memory(r, rank.states, activations, max_full_saved, comm_buffers, rank.loss_working_bytes, unsharded)
+        )
     return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)
+
+
+def _gathered_params(model: ModelSpec, shard: Shard, train: TrainingSpec, max_layer_params: float) -> float:
+    """Parameters gathered at once under FSDP/ZeRO-3 (`cost.block.gathered_params`), 0 when the whole stage is
+    gathered already (`unsharded_stage_bytes`)."""
+    if keeps_stage_unsharded(train):
+        return 0.0
+    return gathered_params(train, max_layer_params, lambda: K.all_decoder_layer_ops(model, shard))
+
+
+def _rank_states(
+    train: TrainingSpec,
+    dense: float,
+    expert: float,
+    edge: float,
+    logits: float,
+    max_layer_params: float,
+    gathered: float,
+) -> RankStates:
+    """The `RankStates` of a rank with these parameters (dense, expert, outside the layers) and loss logits."""
+    rank_gathered = gathered and max(gathered, root_unit_gathered(train, edge, max_layer_params))
+    zero2_grads = zero2_unsharded_grad_params(train, max_layer_params)
+    states = state_bytes(
+        dense, expert, train, expert_dp(train), gathered_params=rank_gathered, unsharded_grad_params=zero2_grads
+    )
+    return RankStates(
+        states=states,
+        loss_working_bytes=loss_extra_bytes_per_logit(train) * logits,
+        kept_output_bytes=kept_pipeline_output_bytes(train, logits),
+        unsharded_bytes=unsharded_stage_bytes(dense, expert, train),
+    )

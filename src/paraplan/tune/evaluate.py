@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from paraplan.cost.calibration import calibration_for
 from paraplan.errors import ConfigError
-from paraplan.memory.model import GIB
+from paraplan.memory.model import GIB, MemoryResult
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.result import Projection
 from paraplan.specs.system import SystemSpec
@@ -145,13 +145,16 @@ class Evaluator:
             )
         return options
 
-    def project(self, c: Candidate, train: TrainingSpec) -> Projection:
+    def project(self, c: Candidate, train: TrainingSpec, memory: MemoryResult | None = None) -> Projection:
+        """The core's projection (`memory`: the pre-filter's memory of this very spec, taken as it is)."""
         system = self.problem.system(c.num_gpus)
-        return project_specs(self.problem.model, system, train, self.options_for(system, train))
+        return project_specs(self.problem.model, system, train, self.options_for(system, train), memory)
 
-    def _project(self, c: Candidate, train: TrainingSpec, source: str, exact: bool) -> tuple[Evaluation | None, str]:
+    def _project(
+        self, c: Candidate, train: TrainingSpec, source: str, exact: bool, memory: MemoryResult | None = None
+    ) -> tuple[Evaluation | None, str]:
         try:
-            evaluation = evaluation_of(c, self.project(c, train), source, train if exact else None)
+            evaluation = evaluation_of(c, self.project(c, train, memory), source, train if exact else None)
         except ConfigError as exc:  # the validator is the judge; a rule the screen missed still rejects
             return None, "illegal: " + "; ".join(exc.problems)
         if not exact:
@@ -219,7 +222,7 @@ class Evaluator:
                     report.memory_rejected += 1
                     continue
                 train = base_train if mode == "none" else memory.train_for(mode, layers)
-                evaluation, reason = self._project(c, train, source, exact=False)
+                evaluation, reason = self._project(c, train, source, False, memory.memory(mode, layers))
                 if evaluation is None:
                     report.illegal += 1
                     continue

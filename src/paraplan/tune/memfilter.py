@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from paraplan.graph import layers as L
 from paraplan.graph.partition import chunks_per_rank, pipeline_split
 from paraplan.memory.activations import layer_modes
-from paraplan.memory.model import MemoryResult, pipeline_memory
+from paraplan.memory.model import MemoryResult, RankStatesCache, pipeline_memory
 from paraplan.projection import _layout_parts, stage_footprints
 from paraplan.sim.engine import schedule_plan
 from paraplan.sim.plan import peak_live_bytes
@@ -43,6 +43,9 @@ class GroupMemory:
         self._trains: dict[tuple[str, int | None], TrainingSpec] = {
             (train.recompute_granularity, train.recompute_num_layers): train
         }
+        self._memories: dict[tuple[str, int | None], MemoryResult] = {}
+        # the ranks' weights, gradients and optimizer states: the same for every recompute variant (`RankStates`)
+        self._states: RankStatesCache = {}
 
     def train_for(self, mode: str, full_layers: int | None = None) -> TrainingSpec:
         """The structure's training spec with this recompute (built once: `dataclasses.replace` of a TrainingSpec
@@ -58,7 +61,15 @@ class GroupMemory:
         return train
 
     def memory(self, mode: str, full_layers: int | None = None) -> MemoryResult:
-        """Bytes per GPU of every pipeline rank with this recompute (`full_layers`: `recompute_num_layers`)."""
+        """Bytes per GPU of every pipeline rank with this recompute (`full_layers`: `recompute_num_layers`): computed
+        once per variant, so the projection of a variant that fits takes it instead of computing it again."""
+        key = (mode, full_layers)
+        memory = self._memories.get(key)
+        if memory is None:
+            memory = self._memories[key] = self._memory(mode, full_layers)
+        return memory
+
+    def _memory(self, mode: str, full_layers: int | None) -> MemoryResult:
         train = self.train_for(mode, full_layers)
         mode, block_layers, per_layer = layer_modes(train)
         stage_parts, _ = _layout_parts(self.model, self.split, mode, block_layers, per_layer)
@@ -68,7 +79,7 @@ class GroupMemory:
         ]
         return pipeline_memory(
             self.model, self.shard, train, self.system.gpu.hbm_bytes, footprints, self.holder, peaks,
-            self.plan.memory_moments,
+            self.plan.memory_moments, self._states,
         )  # fmt: skip
 
     def peak_bytes(self, mode: str, full_layers: int | None = None) -> float:
