@@ -6,7 +6,9 @@ users type (`tp pp vpp cp ep etp dp mbs gbs seq`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 from typing import Literal
 
 from paraplan.errors import ConfigError, reject_unknown_names
@@ -316,3 +318,19 @@ class TrainingSpec:
 TRAINING_FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(TrainingSpec))
 SETTING_NAMES: frozenset[str] = TRAINING_FIELD_NAMES | frozenset(ALIASES)
 """Every name `TrainingSpec.with_values` and the training files take: the fields and their short aliases."""
+
+_FIELD_ORDER: tuple[str, ...] = tuple(f.name for f in fields(TrainingSpec))  # every field is an init field
+_FIELD_INDEX: dict[str, int] = {name: i for i, name in enumerate(_FIELD_ORDER)}
+_field_values = attrgetter(*_FIELD_ORDER)
+
+
+def spec_with(spec: TrainingSpec, changes: Mapping[str, object]) -> TrainingSpec:
+    """`dataclasses.replace(spec, **changes)` built positionally (all of TrainingSpec's fields are init fields, in
+    `fields` order): the same spec at about a fifth of the cost; the tuner builds a few per candidate."""
+    values = list(_field_values(spec))
+    for name, value in changes.items():
+        index = _FIELD_INDEX.get(name)
+        if index is None:
+            raise TypeError(f"TrainingSpec has no field {name!r}")
+        values[index] = value
+    return TrainingSpec(*values)

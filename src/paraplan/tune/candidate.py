@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from paraplan.cost.block import OpTimer
 from paraplan.graph.balance import balanced_layout
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.schedule import schedule as schedule_named
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.training import TrainingSpec
+from paraplan.specs.training import TrainingSpec, spec_with
 
 SHARDINGS = ("ddp", "dist_opt", "zero2", "fsdp")
 """ddp: replicated states; dist_opt: Megatron distributed optimizer (= ZeRO-1); zero2: + sharded gradients
@@ -140,6 +140,10 @@ def sharding_of(train: TrainingSpec) -> str:
     return "ddp"
 
 
+_DEFAULT_SPEC = TrainingSpec()
+"""What a candidate's fields start from (the problem's settings come in with `to_training`)."""
+
+
 def _searched_values(axes: dict[str, object]) -> dict[str, object]:
     """Tuner axis names -> TrainingSpec field values; an unknown axis is an error, not dropped."""
     unknown = set(axes) - set(AXIS_FIELDS) - {"sharding"} - set(KNOB_DEFAULTS)
@@ -170,12 +174,12 @@ class Candidate:
         missing = set(CANDIDATE_AXES) - {"num_gpus"} - set(axes)
         if missing:
             raise TypeError(f"missing candidate axes: {', '.join(sorted(missing))}")
-        return cls(num_gpus, replace(TrainingSpec(), **_searched_values(axes)))
+        return cls(num_gpus, spec_with(_DEFAULT_SPEC, _searched_values(axes)))
 
     def with_axes(self, **axes: object) -> Candidate:
         """This candidate with some axes changed (tuner names; num_gpus too)."""
         num_gpus = int(axes.pop("num_gpus", self.num_gpus))  # type: ignore[call-overload]
-        return Candidate(num_gpus, replace(self.train, **_searched_values(axes)))
+        return Candidate(num_gpus, spec_with(self.train, _searched_values(axes)))
 
     # ------------------------------------------------------------------ the tuner's names
     @property
@@ -385,7 +389,7 @@ def to_training(problem: TuneProblem, c: Candidate) -> TrainingSpec:
         "decoder_last_pipeline_num_layers": None,
         **split,
     }
-    return replace(problem.base, **values)
+    return spec_with(problem.base, values)
 
 
 def from_training(problem: TuneProblem, train: TrainingSpec, num_gpus: int) -> Candidate:
@@ -395,4 +399,4 @@ def from_training(problem: TuneProblem, train: TrainingSpec, num_gpus: int) -> C
     searched = {name: getattr(train, name) for name in SEARCHED_FIELDS}
     searched |= {"expert_tensor_parallel_size": train.etp, **SHARDING_SETTINGS[sharding_of(train)]}
     searched |= {name: getattr(train, name) for name in KNOB_FIELDS}
-    return Candidate(tp * pp * cp * dp, replace(TrainingSpec(), **searched))
+    return Candidate(tp * pp * cp * dp, spec_with(_DEFAULT_SPEC, searched))

@@ -12,7 +12,7 @@ not depend on. So a candidate it rejects is one the projection would call OOM, a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from paraplan.graph import layers as L
 from paraplan.graph.partition import chunks_per_rank, pipeline_split
@@ -23,7 +23,7 @@ from paraplan.sim.engine import schedule_plan
 from paraplan.sim.plan import peak_live_bytes
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.training import TrainingSpec
+from paraplan.specs.training import TrainingSpec, spec_with
 
 
 class GroupMemory:
@@ -48,15 +48,13 @@ class GroupMemory:
         self._states: RankStatesCache = {}
 
     def train_for(self, mode: str, full_layers: int | None = None) -> TrainingSpec:
-        """The structure's training spec with this recompute (built once: `dataclasses.replace` of a TrainingSpec
-        costs tens of microseconds, and the tuner asks for it twice, to screen and to project)."""
+        """The structure's training spec with this recompute (built once, positionally: `spec_with`; the tuner asks
+        for it twice, to screen and to project)."""
         key = (mode, full_layers)
         train = self._trains.get(key)
         if train is None:
-            train = self._trains[key] = replace(
-                self.train,
-                recompute_granularity=mode,  # type: ignore[arg-type]
-                recompute_num_layers=full_layers,
+            train = self._trains[key] = spec_with(
+                self.train, {"recompute_granularity": mode, "recompute_num_layers": full_layers}
             )
         return train
 
