@@ -259,10 +259,13 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
     return StageFootprint(dense, expert, saved, max_layer, max_full_saved, loss_logits, edge)
 
 
-def stage_footprints(stage_parts: Sequence[Parts], model: ModelSpec, shard: L.Shard) -> list[StageFootprint]:
+def stage_footprints(
+    stage_parts: Sequence[Parts], model: ModelSpec, shard: L.Shard, known: dict[Parts, StageFootprint] | None = None
+) -> list[StageFootprint]:
     """`stage_footprint` of each stage, looked up once per distinct stage (the cache key hashes the whole
-    ModelSpec, a few microseconds; a pipeline of 16 x 8 chunks has a handful of distinct stages)."""
-    by_parts: dict[Parts, StageFootprint] = {}
+    ModelSpec, a few microseconds; a pipeline of 16 x 8 chunks has a handful of distinct stages). `known`: the
+    footprints already looked up for this model and shard, by stage (filled in here)."""
+    by_parts: dict[Parts, StageFootprint] = {} if known is None else known
     for parts in stage_parts:
         if parts not in by_parts:
             by_parts[parts] = stage_footprint(parts, model, shard)

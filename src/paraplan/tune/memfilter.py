@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from paraplan.graph import layers as L
 from paraplan.graph.partition import chunks_per_rank, pipeline_split
 from paraplan.memory.activations import layer_modes
-from paraplan.memory.model import MemoryResult, RankStatesCache, pipeline_memory
-from paraplan.projection import _layout_parts, stage_footprints
+from paraplan.memory.model import MemoryResult, RankStatesCache, StageFootprint, pipeline_memory
+from paraplan.projection import Parts, _layout_parts, stage_footprints
 from paraplan.sim.engine import schedule_plan
 from paraplan.sim.plan import peak_live_bytes
 from paraplan.specs.model import ModelSpec
@@ -46,6 +46,10 @@ class GroupMemory:
         self._memories: dict[tuple[str, int | None], MemoryResult] = {}
         # the ranks' weights, gradients and optimizer states: the same for every recompute variant (`RankStates`)
         self._states: RankStatesCache = {}
+        # the stages' blocks by layer modes, and each stage's footprint by its blocks: the model, split and shard
+        # are the structure's, so these keys hold the rest (the core's caches would hash the whole ModelSpec again)
+        self._layouts: dict[tuple, tuple[Parts, ...]] = {}
+        self._footprints: dict[Parts, StageFootprint] = {}
 
     def train_for(self, mode: str, full_layers: int | None = None) -> TrainingSpec:
         """The structure's training spec with this recompute (built once, positionally: `spec_with`; the tuner asks
@@ -69,9 +73,11 @@ class GroupMemory:
 
     def _memory(self, mode: str, full_layers: int | None) -> MemoryResult:
         train = self.train_for(mode, full_layers)
-        mode, block_layers, per_layer = layer_modes(train)
-        stage_parts, _ = _layout_parts(self.model, self.split, mode, block_layers, per_layer)
-        footprints = stage_footprints(stage_parts, self.model, self.shard)
+        modes = layer_modes(train)
+        stage_parts = self._layouts.get(modes)
+        if stage_parts is None:
+            stage_parts = self._layouts[modes] = _layout_parts(self.model, self.split, *modes)[0]
+        footprints = stage_footprints(stage_parts, self.model, self.shard, self._footprints)
         peaks = [
             peak_live_bytes(self.plan, r, [footprints[i].saved_bytes for i in row]) for r, row in enumerate(self.holder)
         ]
