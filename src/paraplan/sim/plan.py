@@ -301,7 +301,13 @@ def peak_live_bytes(plan: Plan, rank: int, chunk_bytes: list[float]) -> float:
     """The largest sum of `chunk_bytes` (one figure per local chunk of `rank`, per micro-batch) over the (chunk,
     micro-batch)s alive at once on that rank: the peak activation memory the schedule leaves there."""
     vectors = plan.inflight_vectors[rank]
-    return float((vectors @ chunk_bytes).max()) if len(vectors) else 0.0
+    if not len(vectors):
+        return 0.0
+    if len(chunk_bytes) == 1 and chunk_bytes[0] >= 0:
+        # one chunk per rank: each candidate is count x bytes, one rounding, monotone in the count for bytes >= 0,
+        # so the largest is the most live micro-batches times the bytes, to the bit (tests/sim/test_plan_peaks.py)
+        return float(plan.peak_inflight_chunks[rank]) * chunk_bytes[0]
+    return float((vectors @ chunk_bytes).max())
 
 
 @lru_cache(maxsize=1024)
