@@ -9,7 +9,7 @@ from paraplan.specs.validate import check
 from paraplan.tune.candidate import TuneProblem, to_training
 from paraplan.tune.evaluate import Evaluator
 from paraplan.tune.legality import candidate_problems
-from paraplan.tune.memfilter import GroupMemory, MemoryFilter, estimate_peak_bytes
+from paraplan.tune.memfilter import GroupMemory, MemoryFilter, StageCache, estimate_peak_bytes
 from paraplan.tune.space import SearchSpace, parse_constraints
 
 FAST = ProjectionOptions(breakdown=False)
@@ -22,13 +22,15 @@ RUNS = {
 
 
 def _candidates(problem: TuneProblem, space: SearchSpace):
-    """Every legal candidate of the space (each structure with each recompute variant), as the tuner builds it."""
+    """Every legal candidate of the space (each structure with each recompute variant), as the tuner builds it (the
+    stages shared by all structures, as the evaluator shares them)."""
+    stages = StageCache(problem.model)
     for base in space.structures():
         base_train = to_training(problem, base)
         if candidate_problems(problem, base, base_train):
             continue
         system = problem.system(base.num_gpus)
-        memory = GroupMemory(problem.model, system, base_train)
+        memory = GroupMemory(problem.model, system, base_train, stages)
         for c in space.recompute_chain(base):
             yield c, system, memory, to_training(problem, c)
 

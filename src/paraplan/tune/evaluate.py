@@ -22,7 +22,7 @@ from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import check
 from paraplan.tune.candidate import Candidate, TuneProblem, to_training
 from paraplan.tune.legality import candidate_problems, spec_problems
-from paraplan.tune.memfilter import GroupMemory, MemoryFilter
+from paraplan.tune.memfilter import GroupMemory, MemoryFilter, StageCache
 from paraplan.tune.space import SearchSpace
 
 
@@ -121,6 +121,7 @@ class Evaluator:
         self.memory_filter = memory_filter or MemoryFilter()
         self._options: dict[tuple[str, str], ProjectionOptions] = {}
         self._cache: dict[Candidate, Evaluation] = {}
+        self._stages = StageCache(problem.model)
 
     # ------------------------------------------------------------------ one candidate
     def screen(self, c: Candidate, train: TrainingSpec | None = None) -> tuple[TrainingSpec | None, str]:
@@ -208,7 +209,7 @@ class Evaluator:
         if candidate_problems(self.problem, base, base_train):
             report.illegal += len(options)
             return
-        memory = GroupMemory(self.problem.model, system, base_train)
+        memory = GroupMemory(self.problem.model, system, base_train, self._stages)
         fitting: list[tuple[str, int | None]] = []
         for option in options:
             if prune and any(dominates(f, option) for f in fitting):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.graph import layers as L
-from paraplan.graph.partition import chunks_per_rank, pipeline_split
+from paraplan.graph.partition import PipelineSplit, chunks_per_rank, pipeline_split
 from paraplan.memory.activations import layer_modes
 from paraplan.memory.model import MemoryResult, RankStatesCache, StageFootprint, pipeline_memory
 from paraplan.projection import Parts, _layout_parts, stage_footprints
@@ -26,11 +26,27 @@ from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec, spec_with
 
 
+class StageCache:
+    """The stages of one model, shared by the structures of a search: each layout's stages by (pipeline split, layer
+    modes), each stage's footprint by (shard, its blocks). Value keys without the ModelSpec, whose hash the core's
+    caches pay on every lookup (a few microseconds)."""
+
+    def __init__(self, model: ModelSpec) -> None:
+        self.model = model
+        self.layouts: dict[PipelineSplit, dict[tuple, tuple[Parts, ...]]] = {}
+        self.footprints: dict[L.Shard, dict[Parts, StageFootprint]] = {}
+
+
 class GroupMemory:
     """The memory of one structure (layout, batch, sharding, schedule), for any of its recompute variants: the
-    plan and the stage holders are looked up once, the stages' footprints per variant (cached in the core)."""
+    plan and the stage holders are looked up once, the stages' footprints per variant (`StageCache`), the ranks'
+    states once for all variants (`memory.model.RankStates`), each variant's memory once (the filter's verdict and
+    the projection's memory)."""
 
-    def __init__(self, model: ModelSpec, system: SystemSpec, train: TrainingSpec) -> None:
+    def __init__(
+        self, model: ModelSpec, system: SystemSpec, train: TrainingSpec, stages: StageCache | None = None
+    ) -> None:
+        """`stages`: the search's stages of this model (a cache for this structure alone when None)."""
         self.model = model
         self.system = system
         self.train = train
@@ -46,10 +62,11 @@ class GroupMemory:
         self._memories: dict[tuple[str, int | None], MemoryResult] = {}
         # the ranks' weights, gradients and optimizer states: the same for every recompute variant (`RankStates`)
         self._states: RankStatesCache = {}
-        # the stages' blocks by layer modes, and each stage's footprint by its blocks: the model, split and shard
-        # are the structure's, so these keys hold the rest (the core's caches would hash the whole ModelSpec again)
-        self._layouts: dict[tuple, tuple[Parts, ...]] = {}
-        self._footprints: dict[Parts, StageFootprint] = {}
+        # the stages' blocks by layer modes, and each stage's footprint by its blocks, for this split and shard
+        if stages is None or stages.model is not model:
+            stages = StageCache(model)
+        self._layouts = stages.layouts.setdefault(self.split, {})
+        self._footprints = stages.footprints.setdefault(self.shard, {})
 
     def train_for(self, mode: str, full_layers: int | None = None) -> TrainingSpec:
         """The structure's training spec with this recompute (built once, positionally: `spec_with`; the tuner asks
