@@ -5,6 +5,7 @@ import pytest
 
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.specs.presets import model_preset, system_preset
+from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import check
 from paraplan.tune.candidate import TuneProblem, to_training
 from paraplan.tune.evaluate import Evaluator
@@ -18,6 +19,8 @@ FAST = ProjectionOptions(breakdown=False)
 RUNS = {
     "llama3.1-8b x16": ("llama3.1-8b", 16, 64, 4096, {"mbs": 2}),
     "mixtral-8x7b x32": ("mixtral-8x7b", 32, 128, 4096, {"mbs": 1, "pp": 4, "cp": 1}),
+    # torchtitan under PP: the memory of the schedule's worst moment (`memory.model.moment_peak`)
+    "llama3.1-8b x16 torchtitan": ("llama3.1-8b", 16, 64, 4096, {"mbs": 1, "cp": 1}),
 }
 
 
@@ -41,7 +44,8 @@ def _candidates(problem: TuneProblem, space: SearchSpace):
 )
 def test_the_filter_and_the_projection_agree_on_every_candidate(run: str) -> None:
     model_name, gpus, gbs, seq, limits = RUNS[run]
-    problem = TuneProblem(model_preset(model_name), (system_preset("h100-sxm5-80gb", gpus),), gbs, seq)
+    base = TrainingSpec(framework="torchtitan") if run.endswith("torchtitan") else TrainingSpec()
+    problem = TuneProblem(model_preset(model_name), (system_preset("h100-sxm5-80gb", gpus),), gbs, seq, base)
     space = SearchSpace(problem, parse_constraints([], limits))
     memory_filter = MemoryFilter()
     checked = fitting = 0
