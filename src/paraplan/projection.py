@@ -599,7 +599,7 @@ def project_specs(
         plan = schedule_plan(train.pipeline_schedule, train.pp, chunks, train.num_microbatches, train.overlaps_ep)
         memory = pipeline_memory(
             model, shard, train, system.gpu.hbm_bytes, footprints, holder, pipeline.peak_activation_bytes,
-            plan.memory_moments,
+            lambda: plan.memory_moments,
         )  # fmt: skip
     tokens = train.gbs * train.seq
     step_flops_model = model_flops_per_sequence(model, train.seq, train.attention_backend) * train.gbs

@@ -16,7 +16,7 @@ Three nested quantities per GPU (`RankMemory`):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -371,7 +371,7 @@ def pipeline_memory(
     stages: Sequence[StageFootprint],
     holder: Sequence[Sequence[int]],
     peak_activation_bytes: Sequence[float],
-    moments: Sequence[np.ndarray] | None = None,
+    moments: Sequence[np.ndarray] | Callable[[], Sequence[np.ndarray]] | None = None,
     states_cache: RankStatesCache | None = None,
 ) -> MemoryResult:
     """Bytes per GPU of every pipeline rank: rank r holds model stages `holder[r]` (indices into `stages`) and at
@@ -381,7 +381,8 @@ def pipeline_memory(
     within the step (torchtitan under PP: FSDP2's gathered stages and gradient accumulators, from a chunk's first
     forward or backward to its last, and the last stage's kept outputs, one per forward done), the peak is the
     worst of those moments (`moment_peak`), not the sum of each part's own peak. Without them every part is at
-    its largest at once (an upper bound).
+    its largest at once (an upper bound). A callable gives them when first needed: a plan's moments cost
+    milliseconds to find (`Plan.memory_moments`), and only torchtitan under PP reads them.
     `states_cache`: the ranks' `RankStates` already computed for this model, shard and spec (any recompute)."""
     max_layer_params = max((s.max_layer_params for s in stages), default=0.0)
     max_full_saved = max((s.max_full_saved_bytes for s in stages), default=0.0)
@@ -403,6 +404,8 @@ def pipeline_memory(
         kept_outputs, unsharded = rank.kept_output_bytes, rank.unsharded_bytes
         activations = peak_activation_bytes[r] + kept_outputs  # retained forward outputs: with the activations
         if moments is not None and (unsharded or kept_outputs):
+            if callable(moments):
+                moments = moments()
             activations, unsharded = moment_peak(
                 moments[r],
                 [stages[i].saved_bytes for i in row],

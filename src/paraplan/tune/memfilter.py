@@ -100,7 +100,7 @@ class GroupMemory:
         ]
         return pipeline_memory(
             self.model, self.shard, train, self.system.gpu.hbm_bytes, footprints, self.holder, peaks,
-            self.plan.memory_moments, self._states,
+            lambda: self.plan.memory_moments, self._states,
         )  # fmt: skip
 
     def peak_bytes(self, mode: str, full_layers: int | None = None) -> float:
