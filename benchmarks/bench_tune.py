@@ -47,6 +47,23 @@ does not. Measured 2026-12-04 (--versus --repeat 2 --workers 2, load average 3-5
   candidates (one simulation shared by the variants of a structure, the filter's memory reused by the projection)
   is what is left to do for the 3,000/s target.
 
+Batching, 2026-12-04 (issue 35, the same results to the bit: tests/golden, tests/tune/test_memfilter.py on every
+part of every rank): the filter's memory of a variant is handed to its projection (`project_specs(memory=)`), a
+structure's ranks' weights, gradients and optimizer states are computed once for all its recompute variants
+(`memory.model.RankStates`), layouts and stage footprints are shared by all structures by value (`StageCache`:
+split and layer modes, shard and blocks, without hashing the ModelSpec), training specs are built positionally
+(`specs.training.spec_with`, ~6 us against ~34 us for `dataclasses.replace`), one-chunk ranks read their in-flight
+peak as count x bytes (`sim.plan.peak_live_bytes`), and the plan's memory moments (issue 33, ~7 ms a plan) are found
+only for the ranks that read them (torchtitan under PP), not for every plan of a Megatron search.
+--versus --repeat 2 --workers 2, by CPU time (load average 2-5 on 2 cores):
+  against 8559840 (main before issue 33's memory moments): analytic 919/s -> 1,143/s (1.24x), fitted 531/s ->
+      613/s (1.15x)
+  against 24beabb (main with them): analytic 459/s -> 1,092/s (2.38x), fitted 373/s -> 638/s (1.71x)
+  (5,978 and 948 projected, the same best step times.) --profile now (16.9 s profiled; 22.7 s before): the
+  projection 51% (the simulation 24%, block and stage costs 15%), the memory filter 35% (building the schedules'
+  plans, cold, about a third of it; pipeline_memory 14%), candidates 7%. The 3,000/s and 2,000/s targets are not
+  met: what is left is the simulation per variant and the filter's per-variant memory.
+
 Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only] [--no-baseline] [--profile] [--versus [REF]]
 """
 
