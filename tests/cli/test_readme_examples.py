@@ -5,6 +5,7 @@ activated), and its test command is CI's and prints the skipped tests' names."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import tomllib
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 from paraplan.cli.main import app
 
 REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("PARAPLAN_SHARED", REPO.parent / "shared"))  # as tests/conftest.py finds it
 README = (REPO / "README.md").read_text()
 runner = CliRunner()
 CHEAP = ("project", "memory", "convert", "models", "gpus")  # milliseconds to a second each
@@ -78,7 +80,7 @@ def examples() -> list[Example]:
 def localise(example: Example, tmp_path: Path) -> list[str]:
     """The command's arguments with the README's relative inputs made absolute (it runs in `tmp_path`, where its
     outputs land) and `my-cluster.yaml` written from the README's YAML block."""
-    shared = REPO.parent / "shared"
+    shared = SHARED
     cluster = tmp_path / "my-cluster.yaml"
     cluster.write_text(next(text for _, text in code_blocks("yaml") if "num_gpus" in text))
     out = []
@@ -96,7 +98,7 @@ def localise(example: Example, tmp_path: Path) -> list[str]:
 
 def run(example: Example, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     args = localise(example, tmp_path)
-    if any(a.startswith(str(REPO.parent / "shared")) and not Path(a).exists() for a in args):
+    if any(a.startswith(str(SHARED)) and not Path(a).exists() for a in args):
         pytest.skip(f"measured data not found for {example}")
     if {"--html", "--png"} & set(args):
         pytest.importorskip("plotly", reason="the report extra is not installed")
