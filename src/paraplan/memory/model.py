@@ -25,7 +25,7 @@ import numpy as np
 from paraplan.cost.block import gathered_params
 from paraplan.graph import kinds as K
 from paraplan.memory.loss import loss_extra_bytes_per_logit
-from paraplan.specs.training import TrainingSpec
+from paraplan.specs.training import DEEPSPEED_FRAMEWORKS, TrainingSpec
 
 if TYPE_CHECKING:
     from paraplan.graph.layers import Shard
@@ -221,7 +221,7 @@ def zero2_unsharded_grad_params(train: TrainingSpec, max_layer_params: float) ->
     (a decoder layer's) full gradient, then reduce-scatter it while the next unit's backward fills another: two
     layers, as the parameter gather of FSDP (`cost.block.gathered_params`). DeepSpeed ZeRO-2 reduces through
     its own bucket, not modelled here (0)."""
-    if train.zero_stage != 2 or train.shards_params or train.framework == "deepspeed":
+    if train.zero_stage != 2 or train.shards_params or train.framework in DEEPSPEED_FRAMEWORKS:
         return 0.0
     return 2 * max_layer_params
 

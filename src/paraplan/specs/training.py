@@ -40,9 +40,11 @@ ATTENTION_BACKENDS = ("flash", "unfused")
 FRAMEWORKS = (
     "megatron-lm", "nemo-megatron", "megatron-deepspeed", "deepspeed", "llm-foundry", "torchtitan", "pytorch-cpu",
 )  # fmt: skip
-DEEPSPEED_ZERO3_FRAMEWORKS = frozenset({"deepspeed", "megatron-deepspeed"})
-"""Frameworks whose ZeRO-3 is DeepSpeed's stage 3: its hooks release parameters after every module forward
-(`refetches_recomputed_params`) and gather them on demand (`gathers_on_demand`)."""
+DEEPSPEED_FRAMEWORKS = frozenset({"deepspeed", "megatron-deepspeed"})
+"""Frameworks whose ZeRO is DeepSpeed's: its stage 3 hooks release parameters after every module forward
+(`refetches_recomputed_params`) and gather them on demand (`gathers_on_demand`); its stage 2 reduces through its
+own bucket; its PipelineEngine refuses ZeRO-2/3 with pipeline stages."""
+DEEPSPEED_ZERO3_FRAMEWORKS = DEEPSPEED_FRAMEWORKS
 
 ALIASES: dict[str, str] = {
     "tp": "tensor_model_parallel_size",

@@ -11,6 +11,7 @@ from paraplan.specs.schedule import SCHEDULES, validate_schedule
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import (
     ATTENTION_BACKENDS,
+    DEEPSPEED_FRAMEWORKS,
     DISPATCHERS,
     FRAMEWORKS,
     RECOMPUTES,
@@ -196,7 +197,7 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
     # (deepspeed/runtime/pipe/engine.py; Megatron-DeepSpeed pipelines through it). Sharded-gradient data
     # parallelism elsewhere (torch FSDP SHARD_GRAD_OP, as Llama 3 ran it beside 16 pipeline stages,
     # arXiv 2407.21783 section 3.3.2) has no such rule.
-    if train.zero_stage >= 2 and not train.fsdp and pp > 1 and train.framework in ("deepspeed", "megatron-deepspeed"):
+    if train.zero_stage >= 2 and not train.fsdp and pp > 1 and train.framework in DEEPSPEED_FRAMEWORKS:
         p.append(f"DeepSpeed ZeRO-{train.zero_stage} cannot be combined with pipeline parallelism (pp={pp})")
     if model.is_moe and tp > 1 and ep > 1 and not train.sequence_parallel:
         p.append(f"MoE with tp {tp} > 1 and ep {ep} > 1 needs sequence parallelism (Megatron rule)")
