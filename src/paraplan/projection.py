@@ -619,12 +619,13 @@ def project_specs(
 
 
 def _buckets_per_chunk(train: TrainingSpec, stage_costs: Sequence[tuple[ChunkCost, ChunkExtras, float, float]]) -> int:
-    """The simulator's gradient buckets per chunk: the default without `ddp_bucket_size`, else the most any chunk
+    """The simulator's gradient buckets per chunk: the fixed default without a bucket size (the spec's or the
+    framework's, `TrainingSpec.effective_ddp_bucket_size`), else the most any chunk
     has (its dense and expert gradients live in separate buffers, each bucketed: megatron-core
     distributed_data_parallel.py builds one param-and-grad buffer per kind)."""
-    if train.ddp_bucket_size is None:
+    size = train.effective_ddp_bucket_size
+    if size is None:
         return DEFAULT_DP_BUCKETS_PER_CHUNK
-    size = train.ddp_bucket_size
     counts = [dp_bucket_count(dense, size) + dp_bucket_count(expert, size) for _, _, dense, expert in stage_costs]
     return max(1, *counts)
 
@@ -707,9 +708,10 @@ def _dp_times(
     edp_group = place_group(edp, train.etp * train.ep, system.gpus_per_node)
     grad_bytes, param_bytes = train.grad_reduce_bytes, train.param_gather_bytes
     per_mb, per_step = DATA_PARALLEL_LABELS[1], DATA_PARALLEL_LABELS[0]
+    bucket_size = train.effective_ddp_bucket_size
 
     def coll(kind: CommKind, params: float, nbytes_per: float, group: GroupPlacement, label: str) -> float:
-        if label == per_step and train.ddp_bucket_size is not None:
+        if label == per_step and bucket_size is not None:
             return bucketed(kind, params, nbytes_per, group)
         seconds, source = timed_collective(kind, params * nbytes_per, group, system, cal, axis=CommAxis.DP, timer=timer)
         if sources is not None:
@@ -721,7 +723,7 @@ def _dp_times(
     def bucketed(kind: CommKind, params: float, nbytes_per: float, group: GroupPlacement) -> float:
         """Megatron DDP's per-step collective in `ddp_bucket_size`-parameter buckets, one collective each
         (megatron-core distributed_data_parallel.py / param_and_grad_buffer.py): each pays the collective's latency."""
-        n = dp_bucket_count(params, train.ddp_bucket_size)
+        n = dp_bucket_count(params, bucket_size)
         if n == 0:
             return 0.0
         seconds, source = timed_collective(

@@ -77,11 +77,30 @@ def test_latency_bound_buckets_cost_more_than_they_hide() -> None:
     assert tiny.step_time_s > usual.step_time_s
 
 
-def test_unset_keeps_the_default_model() -> None:
-    """None is the framework default as modelled before the knob (8 buckets per chunk): bit-identical."""
-    common = dict(model="llama3.1-8b", gpu="h100-sxm5-80gb", gpus=64, tp=1, mbs=1, gbs=64, seq=4096,
-                  overlap_grad_reduce=True)  # fmt: skip
-    assert paraplan.project(**common).step_time_s == paraplan.project(**common, ddp_bucket_size=None).step_time_s
+@pytest.mark.parametrize(("gpus", "cp", "size"), [(64, 1, 64_000_000), (16, 1, 40_000_000), (64, 2, 64_000_000)])
+def test_unset_is_megatron_cores_default(gpus: int, cp: int, size: int) -> None:
+    """Unset, a megatron-core run that overlaps the reduction buckets max(40M, 1M x dp x cp) parameters
+    (megatron/training/training.py get_model): the same step as that size given explicitly, and not the fixed
+    per-chunk count the other frameworks keep."""
+    common = dict(model="llama3.1-8b", gpu="h100-sxm5-80gb", gpus=gpus, tp=1, cp=cp, mbs=1, gbs=64, seq=4096,
+                  overlap_grad_reduce=True, framework="megatron-lm")  # fmt: skip
+    unset = paraplan.project(**common)
+    assert unset.step_time_s == paraplan.project(**common, ddp_bucket_size=size).step_time_s
+    assert (
+        unset.pipeline.comm_total_s["dp"]
+        != paraplan.project(**common, ddp_bucket_size=size // 4).pipeline.comm_total_s["dp"]
+    )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [dict(framework="megatron-lm", overlap_grad_reduce=False), dict(framework="megatron-deepspeed"),
+     dict(framework="llm-foundry", fsdp=True)],
+)  # fmt: skip
+def test_unset_outside_megatron_core_overlap_keeps_the_fixed_count(values: dict) -> None:
+    """No bucket size where the buckets are not megatron-core DDP's overlapped ones: the fixed count stands."""
+    train = _train(CLUSTER, tp=1, **{"overlap_grad_reduce": True, **values})
+    assert train.effective_ddp_bucket_size is None
 
 
 @pytest.mark.parametrize(
@@ -126,3 +145,12 @@ def test_bucketed_breakdowns_keep_the_invariants(values: dict, size: int) -> Non
     assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s, rel=ROUNDING_REL)
     for kind, seconds in p.pipeline.comm_exposed_s.items():
         assert seconds <= p.pipeline.comm_total_s.get(kind, 0.0) * (1 + ROUNDING_REL) + 1e-15, kind
+
+
+def test_papers_era_torch_ddp_keeps_the_fixed_count() -> None:
+    """The Megatron-LM papers' runs (`--DDP-impl torch`, before megatron-core's DDP) have no megatron-core default
+    bucket; an unknown implementation is refused with the choices."""
+    papers = TrainingSpec(framework="megatron-lm", overlap_grad_reduce=True, ddp_impl="torch")
+    assert papers.effective_ddp_bucket_size is None
+    with pytest.raises(ConfigError, match="unknown ddp_impl 'apex': choose one of megatron-core, torch, local"):
+        _train(NODE, ddp_impl="apex")

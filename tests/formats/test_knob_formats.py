@@ -134,6 +134,8 @@ def test_ddp_bucket_size_in_each_format_s_own_words() -> None:
     (DistributedDataParallelConfig.bucket_size); torchtitan has no such bucket and strict writing refuses it."""
     assert _megatron("--overlap-grad-reduce --ddp-bucket-size 25000000").train.ddp_bucket_size == 25_000_000
     assert _megatron("--overlap-grad-reduce").train.ddp_bucket_size is None
+    assert _megatron("--overlap-grad-reduce").train.ddp_impl == "megatron-core"
+    assert _megatron("--DDP-impl torch --overlap-grad-reduce").train.ddp_impl == "torch"  # Megatron-LM before 2023
     model = model_preset("llama3.1-8b")
     train = _spec("llama3.1-8b", dict(tp=2, overlap_grad_reduce=True, ddp_bucket_size=20_000_000))
     assert "--ddp-bucket-size 20000000" in emit("megatron", model, SYSTEM, train, strict=True)

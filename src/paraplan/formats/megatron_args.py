@@ -46,6 +46,7 @@ RELEVANT: tuple[Arg, ...] = (
     _a("overlap_grad_reduce", "switch"),
     _a("overlap_param_gather", "switch"),
     _a("ddp_bucket_size", "int"),
+    _a("DDP_impl", "str", flag="--DDP-impl", choices=("local", "torch")),  # Megatron-LM before megatron-core's DDP
     _a("tp_comm_overlap", "switch"),
     _a("overlap_moe_expert_parallel_comm", "switch"),
     _a("moe_token_dispatcher_type", "str", choices=("allgather", "alltoall", "flex")),

@@ -62,6 +62,8 @@ def knob_fields(v: Mapping[str, Any], problems: Problems, label: Label) -> dict[
         problems.note(f"{label('cpu_offloading_num_layers')} without {label('cpu_offloading')}: nothing offloaded")
     if v.get("ddp_bucket_size") is not None:
         train["ddp_bucket_size"] = int(v["ddp_bucket_size"])
+    if v.get("DDP_impl"):
+        train["ddp_impl"] = str(v["DDP_impl"])
     if v.get("optimizer_cpu_offload"):
         train["optimizer_cpu_offload"] = True
         train["optimizer_offload_fraction"] = float(v.get("optimizer_offload_fraction", 1.0))
@@ -86,6 +88,8 @@ def knob_values(train: TrainingSpec) -> dict[str, Any]:
         out["cpu_offloading_num_layers"] = train.cpu_offloading_num_layers
     if train.ddp_bucket_size is not None:
         out["ddp_bucket_size"] = train.ddp_bucket_size
+    if train.ddp_impl != "megatron-core":
+        out["DDP_impl"] = train.ddp_impl  # the Megatron-LM releases that had the flag
     if train.optimizer_cpu_offload:
         out["optimizer_cpu_offload"] = True
         out["optimizer_offload_fraction"] = train.optimizer_offload_fraction

@@ -50,10 +50,12 @@ MEGATRON_CORE_FROM = date(2024, 1, 1)
 
 _MEGATRON_PAPERS = dict(
     # unfused core attention (fused softmax kernel; flash attention arrived in 2022-23), torch DDP with overlapped
-    # bucketed all-reduce, no distributed optimizer, full recompute as the papers' scripts ran it
+    # bucketed all-reduce (`--DDP-impl torch`, before megatron-core's DistributedDataParallel and its default
+    # buckets), no distributed optimizer, full recompute as the papers' scripts ran it
     # (examples/academic_paper_scripts/sc21, `--checkpoint-activations`)
     attention_backend="unfused",
     overlap_grad_reduce=True,
+    ddp_impl="torch",
     sequence_parallel=False,
     recompute_granularity="full",
     # `--accumulate-allreduce-grads-in-fp32` was off by default (forced on for bf16): fp16 gradients are all-reduced

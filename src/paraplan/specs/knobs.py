@@ -4,7 +4,7 @@ offload (`TrainingSpec` fields of the same names). Each rule is the framework's 
 from __future__ import annotations
 
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.training import CUDA_GRAPH_SCOPES, RECOMPUTE_METHODS, RECOMPUTE_MODULES, TrainingSpec
+from paraplan.specs.training import CUDA_GRAPH_SCOPES, DDP_IMPLS, RECOMPUTE_METHODS, RECOMPUTE_MODULES, TrainingSpec
 
 MOE_MODULES = frozenset({"moe", "moe_act"})
 
@@ -87,10 +87,12 @@ def graph_and_offload_problems(model: ModelSpec, train: TrainingSpec) -> list[st
 def bucket_problems(train: TrainingSpec) -> list[str]:
     """megatron-core DistributedDataParallelConfig.bucket_size: a positive parameter count, used by Megatron's own
     DDP (torch FSDP and ZeRO-3 shard per layer instead: they have no such bucket)."""
+    p: list[str] = []
+    if train.ddp_impl not in DDP_IMPLS:
+        p.append(f"unknown ddp_impl '{train.ddp_impl}': choose one of {', '.join(DDP_IMPLS)}")
     size = train.ddp_bucket_size
     if size is None:
-        return []
-    p: list[str] = []
+        return p
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         p.append(f"ddp_bucket_size must be a positive whole number of parameters (got {size!r})")
     if train.shards_params or train.zero_stage == 2:

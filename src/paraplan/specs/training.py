@@ -32,6 +32,7 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", 
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 """What selective recompute redoes when no modules are named (megatron-core's default)."""
 CUDA_GRAPH_SCOPES = ("none", "layer", "full_iteration")
+DDP_IMPLS = ("megatron-core", "torch", "local")
 DISPATCHERS = ("alltoall", "flex")
 ATTENTION_BACKENDS = ("flash", "unfused")
 # Frameworks whose runtime behaviour the projection knows (calibration sections, defaults, ZeRO-3 semantics):
@@ -45,6 +46,15 @@ DEEPSPEED_FRAMEWORKS = frozenset({"deepspeed", "megatron-deepspeed"})
 (`refetches_recomputed_params`) and gather them on demand (`gathers_on_demand`); its stage 2 reduces through its
 own bucket; its PipelineEngine refuses ZeRO-2/3 with pipeline stages."""
 DEEPSPEED_ZERO3_FRAMEWORKS = DEEPSPEED_FRAMEWORKS
+MEGATRON_CORE_DDP_FRAMEWORKS = frozenset({"megatron-lm", "nemo-megatron"})
+"""Frameworks whose data parallelism is megatron-core's DistributedDataParallel (its param-and-grad buffers and
+buckets); Megatron-DeepSpeed's gradients are reduced by DeepSpeed's engine."""
+# megatron-core's default gradient bucket when `--ddp-bucket-size` is unset and the reduction overlaps the backward:
+# max(40M, 1M x the data-parallel size with context parallelism) parameters (megatron/training/training.py,
+# get_model: `bucket_size = max(40000000, 1000000 * mpu.get_data_parallel_world_size(with_context_parallel=True))`;
+# without --overlap-grad-reduce the bucket is the whole buffer).
+MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
+MEGATRON_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
 
 ALIASES: dict[str, str] = {
     "tp": "tensor_model_parallel_size",
@@ -105,11 +115,16 @@ class TrainingSpec:
     """Fully sharded data parallel (torch FSDP / Megatron FSDP): same memory as ZeRO-3."""
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
+    ddp_impl: Literal["megatron-core", "torch", "local"] = "megatron-core"
+    """Whose data-parallel wrapper reduces the gradients of a Megatron run: megatron-core's
+    DistributedDataParallel (2023-), or the Megatron-LM papers' `--DDP-impl torch` (torch DDP) / `local`. Only
+    megatron-core's has the default bucket size of `effective_ddp_bucket_size`."""
     ddp_bucket_size: int | None = None
     """Megatron `--ddp-bucket-size` (megatron-core DistributedDataParallelConfig.bucket_size): parameters per
     gradient bucket of the data-parallel reduction (and of the distributed optimizer's parameter all-gather), each
     bucket one collective, issued as soon as its gradients are ready. None: the framework default (megatron-core
-    sizes buckets max(40M, 1M x dp) parameters), which paraplan models as a fixed 8 buckets per model chunk."""
+    sizes buckets max(40M, 1M x dp x cp) parameters with the reduction overlapped: `effective_ddp_bucket_size`; other
+    frameworks' buckets are modelled as a fixed 8 per model chunk)."""
     tp_comm_overlap: bool = False
     tp_async_backward: bool = True
     """The backward's tensor-parallel collective of a column-parallel linear's input gradient (all-reduce, or
@@ -297,6 +312,23 @@ class TrainingSpec:
     def offloaded_optimizer_fraction(self) -> float:
         """Share of the optimizer's parameters whose states and step are on the host."""
         return self.optimizer_offload_fraction if self.optimizer_cpu_offload else 0.0
+
+    @property
+    def effective_ddp_bucket_size(self) -> int | None:
+        """Parameters per data-parallel gradient bucket: `ddp_bucket_size` when given, else megatron-core's default
+        (max(40M, 1M x dp x cp), `MEGATRON_MIN_BUCKET_PARAMS`) for a megatron-core DDP run that overlaps the
+        reduction; None where the buckets are not megatron-core's DDP ones (FSDP, ZeRO-2/3, other frameworks) or
+        the reduction does not overlap (one bucket per buffer, all after the backward): the fixed per-chunk count
+        (`sim.costs.DEFAULT_DP_BUCKETS_PER_CHUNK`) stands for those."""
+        if self.ddp_bucket_size is not None:
+            return self.ddp_bucket_size
+        if self.framework not in MEGATRON_CORE_DDP_FRAMEWORKS or self.ddp_impl != "megatron-core":
+            return None
+        if self.shards_params or self.zero_stage == 2:
+            return None
+        if not self.overlap_grad_reduce:
+            return None
+        return max(MEGATRON_MIN_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP_RANK * self.dp * self.cp)
 
     @property
     def shards_optimizer(self) -> bool:

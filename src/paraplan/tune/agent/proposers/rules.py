@@ -228,10 +228,13 @@ def _params(count: float) -> str:
 
 def _bucket_reduce(d: Diagnosis, size: int | None) -> tuple[float, int, float]:
     """(seconds of the slowest model chunk's per-step gradient reduction, its buckets, its parameters) at `size`
-    parameters per bucket (None: the framework default as modelled), from the costing the projection runs."""
-    stages = stage_costs(d.model, d.system, replace(d.train, ddp_bucket_size=size))
+    parameters per bucket (None: the framework's default, `TrainingSpec.effective_ddp_bucket_size`), from the
+    costing the projection runs."""
+    train = replace(d.train, ddp_bucket_size=size)
+    stages = stage_costs(d.model, d.system, train)
     worst = max(stages, key=lambda s: s.dp_grad_reduce_s)
-    buckets = dp_bucket_count(worst.dense_params, size) + dp_bucket_count(worst.expert_params, size)
+    effective = train.effective_ddp_bucket_size
+    buckets = dp_bucket_count(worst.dense_params, effective) + dp_bucket_count(worst.expert_params, effective)
     return worst.dp_grad_reduce_s, max(1, buckets), worst.dense_params + worst.expert_params
 
 
@@ -251,7 +254,7 @@ def ddp_bucket_size(d: Diagnosis) -> Proposals:
     total, n, params = _bucket_reduce(d, t.ddp_bucket_size)
     if total <= 0:
         return []
-    size = t.ddp_bucket_size or max(1, math.ceil(params / n))  # the default's effective size, as modelled
+    size = t.effective_ddp_bucket_size or max(1, math.ceil(params / n))  # megatron-core's default when unset
     exposed_ms = 1e3 * d.seconds(P.DP_GRAD_REDUCE_EXPOSED)
     head = (
         f"the gradient reduction is exposed for {_pct(exposed)} of the step ({exposed_ms:.1f} ms); a model chunk "
