@@ -45,7 +45,8 @@ class _StubLLM(BaseHTTPRequestHandler):
 def stub_url() -> Iterator[str]:
     _StubLLM.requests, _StubLLM.headers_seen = [], []
     server = HTTPServer(("127.0.0.1", 0), _StubLLM)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the serving loop's next poll (0.5 s by default)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     server.shutdown()

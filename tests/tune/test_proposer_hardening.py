@@ -19,6 +19,7 @@ from paraplan.tune.space import SearchSpace
 
 KEY = "sk-test-SECRET-0123456789"
 Behaviour = Callable[[BaseHTTPRequestHandler], None]
+POLL_S = 0.02  # the fake endpoint's serving loop checks for shutdown this often
 
 
 def _send(handler: BaseHTTPRequestHandler, body: bytes, status: int = 200, length: int | None = None) -> None:
@@ -57,7 +58,8 @@ class _Server:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # shutdown() waits for the serving loop's next poll: 0.5 s by default, on every test's teardown
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(POLL_S,), daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
