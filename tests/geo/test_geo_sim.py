@@ -97,8 +97,13 @@ def test_one_datacenter_agrees_with_the_core_projection(model, tp, pipelines, pp
     assert simulate_geo(plan, geo).step_time_s == pytest.approx(core.step_time_s, rel=0.03)
 
 
-def test_breakdown_sums_to_the_step(two_dc_report):
-    for outcome in two_dc_report.placements.values():
+# the two-datacenter example takes ~6 s to plan and is shared with the slow done-when tests; the tiny plan checks the
+# same rule on every placement in the default run
+@pytest.mark.parametrize("report", ["tiny_report", pytest.param("two_dc_report", marks=pytest.mark.slow)])
+def test_breakdown_sums_to_the_step(report, request):
+    outcomes = request.getfixturevalue(report).placements.values()
+    assert outcomes
+    for outcome in outcomes:
         sim = outcome.best.sim
         assert sum(sim.breakdown_s.values()) == pytest.approx(sim.step_time_s, rel=1e-9)
 
