@@ -3,6 +3,7 @@ import pytest
 from paraplan.specs.presets import model_preset, system_preset
 from paraplan.tune.candidate import TuneProblem
 from paraplan.tune.space import SpaceLimits, parse_constraints
+from paraplan.tune.tuner import TuneOptions, TuneResult, tune
 
 
 @pytest.fixture(scope="session")
@@ -21,6 +22,13 @@ def dense_problem() -> TuneProblem:
 @pytest.fixture(scope="session")
 def dense_limits() -> SpaceLimits:
     return parse_constraints([], {"pp": 4, "cp": 2, "mbs": 4})
+
+
+@pytest.fixture(scope="session")
+def dense_serial_top5(dense_problem: TuneProblem, dense_limits: SpaceLimits) -> TuneResult:
+    """The serial exhaustive search of the dense problem (top 5, no seed planner): the reference the pooled runs
+    of tests/tune/test_search.py and test_workers.py must reproduce (computed once, read only)."""
+    return tune(dense_problem, dense_limits, TuneOptions(executor="serial", top_k=5, seed_planner=False))
 
 
 @pytest.fixture(scope="session")

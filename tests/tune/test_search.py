@@ -55,8 +55,8 @@ def test_seed_planner_is_deterministic_and_not_better_than_the_search(dense_prob
     assert len(first) < 200
 
 
-def test_local_pool_matches_serial(dense_problem, dense_limits) -> None:
-    serial = tune(dense_problem, dense_limits, TuneOptions(executor="serial", top_k=5, seed_planner=False))
+def test_local_pool_matches_serial(dense_problem, dense_limits, dense_serial_top5) -> None:
+    serial = dense_serial_top5
     pooled = tune(dense_problem, dense_limits, TuneOptions(executor="local", workers=2, top_k=5, seed_planner=False))
     assert [e.candidate for e in pooled.top] == [e.candidate for e in serial.top]
     assert pooled.evaluated == serial.evaluated

@@ -107,10 +107,12 @@ def killing_evaluator(monkeypatch):
     return _KILL
 
 
-def test_a_worker_killed_once_costs_nothing(dense_problem, dense_limits, killing_evaluator, monkeypatch, tmp_path):
+def test_a_worker_killed_once_costs_nothing(
+    dense_problem, dense_limits, dense_serial_top5, killing_evaluator, monkeypatch, tmp_path
+):
     monkeypatch.setitem(killing_evaluator, "marker", tmp_path / "killed")
     monkeypatch.setitem(killing_evaluator, "tp", 2)
-    serial = tune(dense_problem, dense_limits, TuneOptions(executor="serial", top_k=5, seed_planner=False))
+    serial = dense_serial_top5  # the parent never kills: its serial run is the plain one
     pooled = tune(dense_problem, dense_limits, TuneOptions(workers=2, top_k=5, seed_planner=False))
     assert (tmp_path / "killed").exists(), "the test did not kill a worker"
     assert pooled.failed == 0
@@ -119,10 +121,12 @@ def test_a_worker_killed_once_costs_nothing(dense_problem, dense_limits, killing
     assert any("started again 1 time(s)" in n and "SIGKILL" in n for n in pooled.notes), pooled.notes
 
 
-def test_a_task_that_always_kills_its_worker_is_reported(dense_problem, dense_limits, killing_evaluator, monkeypatch):
+def test_a_task_that_always_kills_its_worker_is_reported(
+    dense_problem, dense_limits, dense_serial_top5, killing_evaluator, monkeypatch
+):
     monkeypatch.setitem(killing_evaluator, "marker", None)
     monkeypatch.setitem(killing_evaluator, "tp", 8)
-    serial = tune(dense_problem, dense_limits, TuneOptions(executor="serial", top_k=5, seed_planner=False))
+    serial = dense_serial_top5  # the parent never kills: its serial run is the plain one
     pooled = tune(dense_problem, dense_limits, TuneOptions(workers=2, top_k=5, seed_planner=False))
     tp8 = [e for e in serial.evaluations if e.candidate.tp == 8]
     assert tp8, "the test needs tp 8 structures in the space"
@@ -178,9 +182,9 @@ def test_seeded_tpe_is_the_same_on_any_executor(dense_problem, dense_limits) -> 
 
 # ----------------------------------------------------------------------------- the time limit holds
 def test_a_time_limit_holds_on_a_large_space() -> None:
-    """An exhaustive search of a space of 46,092 structures (minutes on two workers) stopped at 3 s: the results
+    """An exhaustive search of a space of 46,092 structures (minutes on two workers) stopped at 2 s: the results
     found so far are printed, and the output says the limit stopped the search."""
-    limit_s = 3.0
+    limit_s = 2.0
     args = ["tune", "--model", "llama3.1-70b", "--gpu", "h100-sxm5-80gb", "--gpus", "1024,2048", "--gbs", "1024",
             "--seq", "8192", "--precision", "bf16,fp8", "--method", "exhaustive", "--workers", "2",
             "--time-limit", str(limit_s), "--json"]  # fmt: skip

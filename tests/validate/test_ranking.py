@@ -10,9 +10,7 @@ from typer.testing import CliRunner
 from paraplan.cli.main import app
 from paraplan.cost.calibration import fitted_table
 from paraplan.validate.calibrate import CrossValidation, FitResult, provenance_table
-from paraplan.validate.measured import read_rows
 from paraplan.validate.ranking import GapBin, bin_for, bins_from_table, order_agreement, summary_line
-from paraplan.validate.report import validate_rows
 
 runner = CliRunner()
 
@@ -65,8 +63,8 @@ def test_calibrate_ships_the_held_out_bins() -> None:
     assert "ranking_resolution" not in provenance_table(CrossValidation({"S": 2.0}, {"S": 1.0}, fit), "runs.csv")
 
 
-def test_projections_further_apart_are_ordered_right_more_often(public_csv) -> None:
-    bins = order_agreement(validate_rows(read_rows(public_csv)).rows)
+def test_projections_further_apart_are_ordered_right_more_often(public_report) -> None:
+    bins = order_agreement(public_report.rows)
     print([(b.label, b.pairs, round(b.agree_pct)) for b in bins])
     assert sum(b.pairs for b in bins) > 1000
     assert bins[-1].agree_pct >= 90.0  # runs projected 20% apart: the order is real
