@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from paraplan.cli.main import app
 from paraplan.validate.decompose import by_source, cell_fits, depth_by_source, depth_fits
 from paraplan.validate.measured import read_rows
-from paraplan.validate.report import RowResult, validate_rows
+from paraplan.validate.report import RowResult
 
 runner = CliRunner()
 
@@ -68,12 +68,11 @@ def test_one_depth_says_nothing() -> None:
     assert depth_fits(cell_fits(rows)) == []
 
 
-def test_projected_time_per_microbatch_is_affine_in_the_depth(public_csv) -> None:
+def test_projected_time_per_microbatch_is_affine_in_the_depth(public_report) -> None:
     """The layers of a stage share one launch queue: the first costs its own time, each further one the larger of
     its host and GPU time (`cost.block.repeated_s`), so a stage's time per micro-batch is affine in its layer count
     and the projected depth line passes through every cell."""
-    rows = [r for r in read_rows(public_csv) if r["source"] == "vTrain_MICRO24_single"]
-    fits = cell_fits(validate_rows(rows).rows)
+    fits = cell_fits([r for r in public_report.rows if r.source == "vTrain_MICRO24_single"])  # rows projected alone
     depths = {d.cell: d for d in depth_fits(fits)}
     assert len(depths) > 50
     for f in fits:
@@ -83,16 +82,17 @@ def test_projected_time_per_microbatch_is_affine_in_the_depth(public_csv) -> Non
             assert f.projected_per_microbatch_s == pytest.approx(line, rel=2e-3), f.cell
 
 
-def test_projection_is_linear_in_microbatches_once_the_pipeline_is_full(public_csv) -> None:
+def test_projection_is_linear_in_microbatches_once_the_pipeline_is_full(public_csv, public_report) -> None:
     """1F1B: step = fill and drain + micro-batches x steady-state time, once each stage holds a micro-batch in flight
     (m >= pp); the projected line through such runs must pass through every one of them."""
     rows = [r for r in read_rows(public_csv) if r["source"] == "vTrain_MICRO24_single"]
     full = [r for r in rows if int(r["gbs"]) // (int(r["mbs"]) * int(r["dp"])) >= int(r["pp"])]
-    report = validate_rows(full)
-    fits = cell_fits(report.rows)
+    ids = {r["id"] for r in full}
+    projected = [r for r in public_report.rows if r.id in ids]  # each row is projected alone: validate_rows(full)
+    fits = cell_fits(projected)
     assert len(fits) > 100
     by_cell = {}
-    for r in report.rows:
+    for r in projected:
         by_cell.setdefault(r.cell, []).append(r)
     for fit in fits:
         for r in by_cell[fit.cell]:
