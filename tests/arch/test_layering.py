@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "paraplan"
@@ -48,7 +49,8 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path) -> set[str]:
+@cache  # parsed once for the three tests (every source file: ~1 s each time)
+def _imports(path: Path) -> frozenset[str]:
     """Every module named by an import statement of the file, at any depth (resolved relative imports)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
@@ -64,7 +66,7 @@ def _imports(path: Path) -> set[str]:
                 base = ".".join([*anchor, base]) if base else ".".join(anchor)
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
+    return frozenset(found)
 
 
 def _graph() -> dict[str, set[str]]:
