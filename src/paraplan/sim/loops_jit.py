@@ -196,10 +196,19 @@ def loops():
     return _loops[0], _loops[1]
 
 
+def loaded() -> bool:
+    """Whether the compiled loops are loaded in this process (and not disabled): what else runs compiled then
+    (`paraplan.sim.plan_jit`) never loads numba itself."""
+    return bool(_loops) and not disabled()
+
+
 def warm_up() -> float:
-    """Compile (or load from the cache) both loops with the argument types the engine passes; seconds taken.
-    Call it only where `available()`."""
+    """Compile (or load from the cache) both loops with the argument types the engine passes, and the plan
+    builder (`paraplan.sim.plan_jit`); seconds taken. Call it only where `available()`."""
+    from paraplan.sim import plan_jit
+
     began = time.perf_counter()
+    plan_jit.warm_up()
     static, full = loops()
     none, f64 = np.zeros(0, dtype=np.int64), np.zeros(1)  # no task: the types only
     static(none, none, none, none, none, none, none, f64, f64, f64, 0.0, 1)
