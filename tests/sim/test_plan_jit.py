@@ -118,3 +118,19 @@ def test_compiled_critical_path_walk_adds_the_same_waits(schedule: str, monkeypa
             assert compiled == python and all(type(v) is float for v in compiled.values())
             walked += compiled["pp"] > 0 or compiled["dp"] > 0
     assert walked  # some waits were found
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda c: "-".join(map(str, c)))
+def test_compiled_static_order_is_the_numpy_order(case: tuple, monkeypatch) -> None:
+    """`kernels.static_order` gives `priority_order`'s order, or none where it does not settle (then both sweep)."""
+    from paraplan.sim.order import static_order
+
+    for paired in (False, True):
+        plan = built((*case, paired), False, monkeypatch)
+        python = static_order(plan)
+        monkeypatch.setattr(loops_jit, "loaded", lambda: True)
+        compiled = static_order(plan)
+        if python is None:
+            assert compiled is None
+        else:
+            assert compiled is not None and compiled.dtype == python.dtype and np.array_equal(compiled, python)

@@ -181,8 +181,9 @@ def _grad_reduction(
                 continue
             if costs.overlap_grad_reduce:
                 share = reduce_s / buckets
+                began = float(start[task])
                 for delay in bucket_delays_s(key_dur[key], buckets):
-                    ready = float(start[task]) + delay
+                    ready = began + delay
                     at = (at if at > ready else ready) + share
             else:
                 at = (at if at > last else last) + reduce_s

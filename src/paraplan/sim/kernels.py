@@ -302,3 +302,69 @@ def critical_waits(start, end, slots, dep_slots, send_producer, send_base, relea
             dp_wait += s - busy_until
         task = p
     return pp_wait, dp_wait
+
+
+@numba.njit(cache=True, nogil=True)
+def static_order(task_rank, lo, forward, dep_slots, send_producer, send_base, release_base, rounds):
+    """`paraplan.sim.order.static_order` (`paraplan.sim.priority.priority_order` over the plan's cross-rank
+    inputs), step by step: the same priorities, the same rounds, the same stable sort; an empty order where the
+    priorities do not settle."""  # pragma: no cover
+    n, pp = task_rank.shape[0] - 1, lo.shape[0]
+    n_edges = 0
+    for t in range(n + 1):
+        for j in range(dep_slots.shape[1]):
+            if send_base <= dep_slots[t, j] < release_base:
+                n_edges += 1
+    consumer = np.zeros(n_edges, dtype=np.int64)
+    producer = np.zeros(n_edges, dtype=np.int64)
+    e = 0
+    for t in range(n + 1):  # row by row, as np.nonzero
+        for j in range(dep_slots.shape[1]):
+            slot = dep_slots[t, j]
+            if send_base <= slot < release_base:
+                consumer[e], producer[e] = t, send_producer[slot - send_base]
+                e += 1
+    priority = np.zeros(n + 1, dtype=np.int64)
+    segment = np.zeros(n + 1, dtype=np.int64)
+    r = -1
+    first = 0
+    for t in range(n + 1):
+        while r + 1 < pp and lo[r + 1] <= t:
+            r += 1
+            first = lo[r]
+        position = t - first if r >= 0 else t
+        priority[t] = position * (pp + 1) + (task_rank[t] if forward[t] else pp - 1 - task_rank[t])
+        segment[t] = task_rank[t] + 1 if t > 0 else 0
+    need = np.zeros(n_edges, dtype=np.int64)
+    for _ in range(rounds):
+        low = False
+        for k in range(n_edges):
+            need[k] = priority[producer[k]] + 1
+            if need[k] > priority[consumer[k]]:
+                low = True
+        if not low:
+            return stable_order_of(priority[1:]) + 1
+        for k in range(n_edges):  # every need from the priorities before the round (np.maximum.at)
+            if need[k] > priority[consumer[k]]:
+                priority[consumer[k]] = need[k]
+        top = priority.max()
+        width = top + n + 2
+        running = 0
+        for t in range(n + 1):  # p_t = t + running max of (p_j - j) within the rank (maximum.accumulate)
+            value = priority[t] - t + segment[t] * width
+            if t == 0 or value > running:
+                running = value
+            priority[t] = running - segment[t] * width + t
+    return np.zeros(0, dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def stable_order_of(values):  # pragma: no cover
+    """np.argsort(values, kind="stable"), by a counting sort over the values' range (a merge sort where wide)."""
+    if values.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    low = values.min()
+    span = values.max() - low + 1
+    if span > 4 * values.shape[0] + 1024:
+        return np.argsort(values, kind="mergesort")
+    return stable_order(values - low, span)
