@@ -138,8 +138,11 @@ def digests() -> dict[str, str]:
 
     from paraplan.cost.profiled import shipped_ref
     from paraplan.projection import ProjectionOptions, project_specs
+    from paraplan.sim import loops_jit
     from paraplan.validate.measured import read_rows, run_from_row
 
+    if loops_jit.available() and not os.environ.get("BENCH_DIGESTS_NO_WARM_UP"):
+        loops_jit.warm_up()  # as `measure`: the compiled paths the timings take (plan, order, walk, loops)
     out = {}
     for row in read_rows(PUBLIC_CSV):
         try:

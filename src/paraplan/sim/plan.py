@@ -118,21 +118,21 @@ class Plan:
         return tuple(out)
 
     def _in_task_order(self, table: tuple[tuple[int, ...], ...]) -> tuple[tuple[tuple[int, int, int], ...], ...]:
-        keys = self.cost_key.tolist()
+        tasks = [task for row in table for task in row]
+        keys = dict(zip(tasks, self.cost_key[tasks].tolist(), strict=True))  # one key a (rank, chunk), not all
         return tuple(tuple(sorted((task, c, keys[task]) for c, task in enumerate(row) if task)) for row in table)
 
 
 def _neighbour_tables(schedule: str, pp: int, vpp: int, n_chunks: int) -> tuple[np.ndarray, np.ndarray]:
     """[rank, chunk] -> rank*n_chunks+chunk of the stage before / after it on its path (-1 at the ends)."""
-    up = np.full((pp, n_chunks), -1, dtype=np.int64)
-    down = np.full((pp, n_chunks), -1, dtype=np.int64)
+    up = [-1] * (pp * n_chunks)  # lists, then arrays: numpy's item assignment costs more than the lists' here
+    down = [-1] * (pp * n_chunks)
     for path in schedule_named(schedule).stage_paths(pp, vpp):
-        for i, (rank, chunk) in enumerate(path):
-            if i > 0:
-                up[rank, chunk] = path[i - 1][0] * n_chunks + path[i - 1][1]
-            if i + 1 < len(path):
-                down[rank, chunk] = path[i + 1][0] * n_chunks + path[i + 1][1]
-    return up, down
+        flat = [rank * n_chunks + chunk for rank, chunk in path]
+        for before, after in zip(flat, flat[1:], strict=False):
+            up[after] = before
+            down[before] = after
+    return np.array(up, dtype=np.int64).reshape(pp, n_chunks), np.array(down, dtype=np.int64).reshape(pp, n_chunks)
 
 
 def _live_after_forwards(
