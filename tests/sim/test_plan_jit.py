@@ -134,3 +134,26 @@ def test_compiled_static_order_is_the_numpy_order(case: tuple, monkeypatch) -> N
             assert compiled is None
         else:
             assert compiled is not None and compiled.dtype == python.dtype and np.array_equal(compiled, python)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_compiled_grad_reduction_is_the_python_one(overlap: bool) -> None:
+    """`engine._grad_reduction_compiled` and `_grad_reduction` give the same per-rank times to the bit."""
+    import dataclasses as dc
+    import random
+
+    from random_costs import random_pipeline
+
+    from paraplan.sim.engine import _grad_reduction, _grad_reduction_compiled, _initial_slots, fast_timeline, plan_for
+    from paraplan.sim.tables import build_tables
+
+    rng = random.Random(f"grad {overlap}")
+    for schedule, pp, vpp, m in cases():
+        costs = dc.replace(random_pipeline(rng, schedule, pp, vpp, m, fsdp=False), overlap_grad_reduce=overlap)
+        plan = plan_for(costs)
+        tables = build_tables(plan, costs)
+        tl = fast_timeline(plan, costs, tables, jit=True)
+        _, dp_free = _initial_slots(plan, costs, tables.dur_s.tolist())
+        python = _grad_reduction(plan, costs, tl.start_s, tl.end_s, tables.dur_s.tolist(), dp_free)
+        compiled = _grad_reduction_compiled(plan, costs, tl.start_s, tl.end_s, tables.dur_s, dp_free)
+        assert compiled == python and all(type(x) is float for x in compiled), (schedule, pp, vpp, m)

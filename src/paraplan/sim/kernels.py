@@ -368,3 +368,28 @@ def stable_order_of(values):  # pragma: no cover
     if span > 4 * values.shape[0] + 1024:
         return np.argsort(values, kind="mergesort")
     return stable_order(values - low, span)
+
+
+@numba.njit(cache=True, nogil=True)
+def grad_reduction(last, start, tasks, reduce_s, task_s, rank_of, buckets, overlap, dp_free):
+    """`paraplan.sim.engine._grad_reduction` on arrays: per rank, when its last backward (`last`) and its chunks'
+    gradient reductions (`reduce_s` of each chunk's last weight-gradient task, in task order, `rank_of` each) are
+    both done; the same operations in the same order."""  # pragma: no cover
+    pp = last.shape[0]
+    done = last.copy()
+    at = dp_free.copy()
+    for k in range(tasks.shape[0]):
+        r = rank_of[k]
+        if reduce_s[k] <= 0:
+            continue
+        if overlap:
+            share = reduce_s[k] / buckets
+            began = start[tasks[k]]
+            for bucket in range(buckets):  # paraplan.sim.timeline.bucket_delays_s
+                ready = began + (bucket + 1) * task_s[k] / buckets
+                at[r] = (at[r] if at[r] > ready else ready) + share
+        else:
+            at[r] = (at[r] if at[r] > last[r] else last[r]) + reduce_s[k]
+        if at[r] > done[r]:
+            done[r] = at[r]
+    return done[:pp]
