@@ -23,8 +23,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from paraplan.sim.program import BW, F
-
 
 class Status(IntEnum):
     OK = 0
@@ -84,7 +82,14 @@ def plan_arrays(
 
 
 def warm_up() -> None:
-    """Compile (or load) the kernel with the argument types `plan_arrays` passes, on a one-stage plan."""
-    one = np.zeros(1, dtype=np.int64)
-    plan_arrays(np.array([F, BW]), np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64), np.array([2]), -one, -one,
-                1, 1, BW + 1)  # fmt: skip
+    """Compile (or load) every kernel of `paraplan.sim.kernels` with the argument types the engine passes: the plan
+    builder, the static order, the critical-path walk and the gradient-reduction tail, on a two-rank schedule
+    played once (call it with the compiled loops loaded, as `loops_jit.warm_up` does, so the pool's forked workers
+    inherit them all)."""
+    from paraplan.sim.costs import uniform_chunk, uniform_costs
+    from paraplan.sim.engine import plan_for, simulate
+
+    chunk = uniform_chunk(1.0, 2.0, dp_grad_reduce_s=1.0, dp_param_gather_s=1.0)
+    costs = uniform_costs("1f1b", 2, 2, chunk, p2p_s=0.5, overlap_grad_reduce=True, overlap_param_gather=True)
+    plan_for(costs).memo.clear()
+    simulate(costs)
