@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from paraplan.sim.program import BW, F
+
 
 class Status(IntEnum):
     OK = 0
@@ -82,14 +84,16 @@ def plan_arrays(
 
 
 def warm_up() -> None:
-    """Compile (or load) every kernel of `paraplan.sim.kernels` with the argument types the engine passes: the plan
-    builder, the static order, the critical-path walk and the gradient-reduction tail, on a two-rank schedule
-    played once (call it with the compiled loops loaded, as `loops_jit.warm_up` does, so the pool's forked workers
-    inherit them all)."""
-    from paraplan.sim.costs import uniform_chunk, uniform_costs
-    from paraplan.sim.engine import plan_for, simulate
+    """Compile (or load) every kernel of `paraplan.sim.kernels` with the argument types the engine passes (the plan
+    builder, the static order, the critical-path walk, the gradient-reduction tail), on a one-stage plan: the
+    pool's forked workers then inherit them all (`loops_jit.warm_up` calls this)."""
+    from paraplan.sim.kernels import critical_waits, grad_reduction, static_order
 
-    chunk = uniform_chunk(1.0, 2.0, dp_grad_reduce_s=1.0, dp_param_gather_s=1.0)
-    costs = uniform_costs("1f1b", 2, 2, chunk, p2p_s=0.5, overlap_grad_reduce=True, overlap_param_gather=True)
-    plan_for(costs).memo.clear()
-    simulate(costs)
+    one = np.zeros(1, dtype=np.int64)
+    out = plan_arrays(np.array([F, BW]), np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64), np.array([2]), -one,
+                      -one, 1, 1, BW + 1)  # fmt: skip
+    tasks, times = np.arange(3, dtype=np.int64), np.zeros(3)
+    first = np.array([False, True, False])
+    static_order(tasks * 0, one + 1, first, out.dep_slots, out.send_producer, 3, 3, 1)
+    critical_waits(times, times, times, out.dep_slots, out.send_producer, 3, 3, first, 2)
+    grad_reduction(times[:1], times, one + 2, times[:1], times[:1], one, 1, True, times[:1])
