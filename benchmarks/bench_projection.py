@@ -66,7 +66,12 @@ Measured 2026-12-04 19:45 (load average 0.7-1.7 on 2 shared cores), --repeat 3 -
 and against main under this work (b0e814a), --repeat 1 --rounds 1 --identical: public cold 1.853 ms (2.409, 1.30x),
 schedules kept 1.746 ms (1.829, 1.05x); 405b cold 3.485 ms (6.141, 1.76x), schedules kept 2.467 ms (3.204, 1.30x),
 warm 1.072 ms (1.588, 1.48x); every public.csv projection identical (3,654 compared, 0 differ), with the compiled
-paths (the digests now warm them up as the timings do) and with PARAPLAN_NO_JIT=1 alike.
+paths (the digests now warm them up as the timings do) and with PARAPLAN_NO_JIT=1 alike. Rebased on 1153425 (main
+with megatron-core's DDP bucket size), 19:53, load average 1.2-1.3: --repeat 3 --rounds 3 vs 2b721e1: public cold
+1.768 ms (2.794, 1.58x), kept 1.569 (2.130, 1.36x); 405b cold 3.287 ms (6.790, 2.07x), kept 2.423 (4.010, 1.66x),
+warm 1.029 (1.520, 1.48x); --repeat 2 --rounds 2 vs 1153425: public cold 1.789 ms (2.223, 1.24x), kept 1.602
+(1.639, 1.02x); 405b cold 3.276 ms (5.730, 1.75x), kept 2.385 (2.849, 1.19x), warm 1.025 (1.449, 1.41x); every
+public.csv projection identical to 1153425's (3,654, compiled and PARAPLAN_NO_JIT=1).
 
 `--identical` also compares every projection of public.csv (all sources, analytic and with the shipped fitted
 profiles: the whole Projection's repr) with the baseline's: all 3,654 identical (1,829 rows, 4 unread in both)
