@@ -38,6 +38,41 @@ the interleaved plan of 32,768 tasks (`sim.plan._build_plan`, numpy, about 3 ms)
 projection of the public rows needs the simulation's plan, timeline and breakdown themselves cheaper (a closed form
 where the schedule allows one), not only the costing.
 
+The simulation compiled (issue 35, branch speed, 2026-12-04). Profile before it (cProfile, cold, vs main b0e814a;
+shares of project_specs): llama3.1-405b (its interleaved plan holds 4,096 tasks: 16 micro-batches x 16 ranks x 8
+chunks x F and BW; not 32,768) the simulation 57% (building the plan `sim.plan._build_plan` 22%, of it the in-flight
+candidates 6%; the breakdown `summarize` 15%, of it the critical-path walk 10% with the loops' per-position rows it
+built for itself 7%; the timeline 7%, the duration tables 7%), stage and block costs 16%, stage layouts and
+footprints (`_layout_parts`) 10%, decoder kinds 6%, memory 4%. Public rows: the simulation 50% (plan 25%, summarize
+14% (walk 9%), timeline 7%), stage costs 25%, layouts 8%, decoder kinds 6%, model FLOPs 4%. The numpy plan builder
+makes about a thousand numpy calls whatever the plan's size (0.3 ms for 2 tasks, 0.6 ms for 256, 2 ms for the
+405b's 4,096). What changed, where the compiled loops are loaded (numba, the extra `fast`; the tuner and these
+benchmarks load them first): the plan of a schedule without F&B pairs is built by one compiled kernel
+(`sim.plan_jit`, `sim.kernels.build`: the same Plan field by field, tests/sim/test_plan_jit.py), the static
+topological order (`kernels.static_order`: `priority_order` step by step, the same order), the critical-path walk
+(`kernels.critical_waits`, no FSDP gates; the pure-Python walk now reads each task's dependency slots by task, not
+through the loops' order-indexed rows) and the gradient-reduction tail (`kernels.grad_reduction`) run compiled;
+without numba, or with PARAPLAN_NO_JIT=1, everything runs as before. Profile after (the same runs): 405b the
+simulation 35% (plan 11%, of it the kernel 8%; timeline 13%; tables 5%; summarize 3%), stage costs 21%, layouts 22%,
+decoder kinds 9%; public rows the simulation 31% (plan 12%, timeline 7%, tables 5%, summarize 4.5%), stage costs
+37%, layouts 13%, decoder kinds 10%, model FLOPs 4%. The rest of a public row's cold projection is now the costing
+(stage and block costs, layouts and footprints, decoder kinds), about two thirds: the 10x needs that cheaper too.
+Measured 2026-12-04 19:45 (load average 0.7-1.7 on 2 shared cores), --repeat 3 --rounds 3, medians, vs 2b721e1:
+  public rows (151), cold:                 1.818 ms, baseline 3.098 ms: 1.70x  (target 10x: not met)
+  public rows, cold, schedules kept:       1.659 ms, baseline 2.239 ms: 1.35x
+  llama3.1-405b, cold:                     3.443 ms, baseline 8.144 ms: 2.37x  (target <= 5 ms: met)
+  llama3.1-405b, cold, schedules kept:     2.541 ms, baseline 4.147 ms: 1.63x
+  llama3.1-405b, warm:                     1.033 ms, baseline 1.551 ms: 1.50x
+and against main under this work (b0e814a), --repeat 1 --rounds 1 --identical: public cold 1.853 ms (2.409, 1.30x),
+schedules kept 1.746 ms (1.829, 1.05x); 405b cold 3.485 ms (6.141, 1.76x), schedules kept 2.467 ms (3.204, 1.30x),
+warm 1.072 ms (1.588, 1.48x); every public.csv projection identical (3,654 compared, 0 differ), with the compiled
+paths (the digests now warm them up as the timings do) and with PARAPLAN_NO_JIT=1 alike. Rebased on 1153425 (main
+with megatron-core's DDP bucket size), 19:53, load average 1.2-1.3: --repeat 3 --rounds 3 vs 2b721e1: public cold
+1.768 ms (2.794, 1.58x), kept 1.569 (2.130, 1.36x); 405b cold 3.287 ms (6.790, 2.07x), kept 2.423 (4.010, 1.66x),
+warm 1.029 (1.520, 1.48x); --repeat 2 --rounds 2 vs 1153425: public cold 1.789 ms (2.223, 1.24x), kept 1.602
+(1.639, 1.02x); 405b cold 3.276 ms (5.730, 1.75x), kept 2.385 (2.849, 1.19x), warm 1.025 (1.449, 1.41x); every
+public.csv projection identical to 1153425's (3,654, compiled and PARAPLAN_NO_JIT=1).
+
 `--identical` also compares every projection of public.csv (all sources, analytic and with the shipped fitted
 profiles: the whole Projection's repr) with the baseline's: all 3,654 identical (1,829 rows, 4 unread in both)
 against 5a72f49, main under this work (against an older ref, figures that work merged since changed show too).
@@ -138,8 +173,11 @@ def digests() -> dict[str, str]:
 
     from paraplan.cost.profiled import shipped_ref
     from paraplan.projection import ProjectionOptions, project_specs
+    from paraplan.sim import loops_jit
     from paraplan.validate.measured import read_rows, run_from_row
 
+    if loops_jit.available() and not os.environ.get("BENCH_DIGESTS_NO_WARM_UP"):
+        loops_jit.warm_up()  # as `measure`: the compiled paths the timings take (plan, order, walk, loops)
     out = {}
     for row in read_rows(PUBLIC_CSV):
         try:

@@ -64,6 +64,18 @@ only for the ranks that read them (torchtitan under PP), not for every plan of a
   plans, cold, about a third of it; pipeline_memory 14%), candidates 7%. The 3,000/s and 2,000/s targets are not
   met: what is left is the simulation per variant and the filter's per-variant memory.
 
+The simulation compiled (issue 35, branch speed, 2026-12-04: the plan builder, static order, critical-path walk
+and gradient-reduction tail as numba kernels where the compiled loops are loaded, `sim.plan_jit`, `sim.kernels`;
+the same results to the bit). --profile with it (37.9 s profiled on a loaded machine, 5,978 projected): the
+projection 56% (the simulation 27%, stage and block costs 16%, memory per rank 15%), the memory filter 30%,
+candidates 8%; the compiled plan builds 1.5% (265 plans, 0.57 s). The plans were a third of the filter's time
+before; what is left per variant is Python: duration tables, summaries, per-rank memory, specs and candidates.
+--versus --repeat 2 --workers 2, by CPU time: against b0e814a (main under this work; load average 1.7): analytic
+1,404/s -> 1,609/s (1.15x), fitted 902/s -> 971/s (1.08x); against 2b721e1 (load average 1.7-4): analytic 845/s ->
+1,143/s (1.35x), fitted 542/s -> 755/s (1.39x); wall 335 -> 477/s and 188 -> 317/s. The same best step times. The
+3,000/s and 2,000/s targets are not met: batching the variants of a structure (one simulation, batched tables) is
+what is left.
+
 Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only] [--no-baseline] [--profile] [--versus [REF]]
 """
 

@@ -154,7 +154,30 @@ def fast_timeline(plan: Plan, costs: PipelineCosts, tables: DurationTables, *, j
         static_loop(rows, durs, t, start, costs.p2p_s, plan.pp)
         end = t[: n + 1]
     end[0] = 0.0
+    if isinstance(start, np.ndarray) and loops_jit.loaded():
+        return Timeline(start, end, t, _grad_reduction_compiled(plan, costs, start, end, tables.dur_s, dp_free))
     return Timeline(start, end, t, _grad_reduction(plan, costs, start, end, key_dur, dp_free))
+
+
+def _grad_reduction_compiled(
+    plan: Plan, costs: PipelineCosts, start: np.ndarray, end: np.ndarray, dur_s: np.ndarray, dp_free: list[float]
+) -> list[float]:
+    """`_grad_reduction` by the compiled kernel (`paraplan.sim.kernels.grad_reduction`): the same floats."""
+    from paraplan.sim.kernels import grad_reduction
+
+    found = plan.memo.get("last_weights")
+    if found is None:  # each chunk's last weight-gradient task, rank after rank, in task order: (task, chunk, key)
+        rows = [(rank, task, c, key) for rank in range(plan.pp) for task, c, key in plan.last_weights[rank]]
+        found = plan.memo["last_weights"] = np.array(rows, dtype=np.int64).reshape(-1, 4).T.copy()
+    rank_of, tasks, chunk, keys = found
+    pairs = zip(rank_of.tolist(), chunk.tolist(), strict=True)
+    reduce_s = np.array([costs.chunks[r][c].dp_grad_reduce_s for r, c in pairs], dtype=np.float64)
+    last = np.array([float(end[h - 1]) if h > lo else 0.0 for lo, h in zip(plan.lo, plan.hi, strict=True)])
+    done = grad_reduction(
+        last, start, tasks, reduce_s, dur_s[keys], rank_of, int(costs.dp_buckets_per_chunk),
+        bool(costs.overlap_grad_reduce), np.array(dp_free, dtype=np.float64),
+    )  # fmt: skip
+    return done.tolist()
 
 
 def _grad_reduction(
@@ -181,8 +204,9 @@ def _grad_reduction(
                 continue
             if costs.overlap_grad_reduce:
                 share = reduce_s / buckets
+                began = float(start[task])
                 for delay in bucket_delays_s(key_dur[key], buckets):
-                    ready = float(start[task]) + delay
+                    ready = began + delay
                     at = (at if at > ready else ready) + share
             else:
                 at = (at if at > last else last) + reduce_s

@@ -3,9 +3,10 @@
 Same rules, same floating-point operations in the same order (no fast-math), so the same times to the bit;
 tests compare the two. `PARAPLAN_NO_JIT=1` keeps the pure-Python loops.
 
-Loading costs about 0.25 s per process (numba's import and the compiled code read from its cache; about 0.75 s
-the very first time, when it compiles: `cache=True` writes the code next to this file, or in numba's user
-cache), more than a few projections take. So the engine loads the compiled loops itself only once the
+Loading costs about 0.3 s per process with the other kernels (`paraplan.sim.kernels`: the plan builder, the
+static order, the critical-path walk, the gradient-reduction tail; numba's import and the compiled code read from
+its cache; 10-30 s the very first time, when it compiles: `cache=True` writes the code next to the modules, or in
+numba's user cache), more than a few projections take. So the engine loads the compiled loops itself only once the
 pure-Python ones have played `LOAD_AFTER_TASKS` tasks in the process (about what loading costs); long runs
 (the tuner, benchmarks) call `warm_up()` first: the tuner does before its pool forks, and the workers inherit
 the code. numba is imported by `available()`, not with this module.
@@ -196,13 +197,22 @@ def loops():
     return _loops[0], _loops[1]
 
 
+def loaded() -> bool:
+    """Whether the compiled loops are loaded in this process (and not disabled): what else runs compiled then
+    (`paraplan.sim.plan_jit`) never loads numba itself."""
+    return bool(_loops) and not disabled()
+
+
 def warm_up() -> float:
-    """Compile (or load from the cache) both loops with the argument types the engine passes; seconds taken.
-    Call it only where `available()`."""
+    """Compile (or load from the cache) both loops with the argument types the engine passes, and the plan
+    builder (`paraplan.sim.plan_jit`); seconds taken. Call it only where `available()`."""
+    from paraplan.sim import plan_jit
+
     began = time.perf_counter()
     static, full = loops()
     none, f64 = np.zeros(0, dtype=np.int64), np.zeros(1)  # no task: the types only
     static(none, none, none, none, none, none, none, f64, f64, f64, 0.0, 1)
     full(none, none, none, none, none, none, none, none, none, f64, f64, f64, f64, f64, f64, f64, 1, f64, f64, f64, f64,
          f64, f64, f64, 0.0)  # fmt: skip
+    plan_jit.warm_up()
     return time.perf_counter() - began

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from paraplan.sim.priority import priority_order
+from paraplan.sim import loops_jit
+from paraplan.sim.priority import STATIC_ORDER_ROUNDS, priority_order
 from paraplan.sim.program import F
 
 if TYPE_CHECKING:
@@ -34,12 +35,22 @@ def topological_order(plan: Plan) -> np.ndarray:
 
 
 def static_order(plan: Plan) -> np.ndarray | None:
-    """`priority_order` over the plan's cross-rank inputs."""
+    """`priority_order` over the plan's cross-rank inputs (compiled where the compiled loops are loaded:
+    `paraplan.sim.kernels.static_order`, the same order)."""
+    forward = plan.action_kind[plan.first_action[:-1]] == F
+    if loops_jit.loaded():
+        from paraplan.sim.kernels import static_order as compiled
+
+        lo = np.array(plan.lo, dtype=np.int64)
+        order = compiled(
+            plan.task_rank, lo, forward, plan.dep_slots, plan.send_producer, plan.send_base, plan.release_base,
+            STATIC_ORDER_ROUNDS,
+        )  # fmt: skip
+        return order if len(order) or not plan.n_tasks else None
     slots = plan.dep_slots
     is_send = (slots >= plan.send_base) & (slots < plan.release_base)
     consumer = np.nonzero(is_send)[0]
     producer = plan.send_producer[slots[is_send] - plan.send_base]
-    forward = plan.action_kind[plan.first_action[:-1]] == F
     return priority_order(plan.task_rank, plan.lo, forward, consumer, producer)
 
 

@@ -19,6 +19,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+from paraplan.sim import loops_jit, plan_jit
 from paraplan.sim.priority import priority_order
 from paraplan.sim.program import BW, KIND_NAMES, Action, B, F, W
 from paraplan.sim.schedules import action_arrays
@@ -117,21 +118,21 @@ class Plan:
         return tuple(out)
 
     def _in_task_order(self, table: tuple[tuple[int, ...], ...]) -> tuple[tuple[tuple[int, int, int], ...], ...]:
-        keys = self.cost_key.tolist()
+        tasks = [task for row in table for task in row]
+        keys = dict(zip(tasks, self.cost_key[tasks].tolist(), strict=True))  # one key a (rank, chunk), not all
         return tuple(tuple(sorted((task, c, keys[task]) for c, task in enumerate(row) if task)) for row in table)
 
 
 def _neighbour_tables(schedule: str, pp: int, vpp: int, n_chunks: int) -> tuple[np.ndarray, np.ndarray]:
     """[rank, chunk] -> rank*n_chunks+chunk of the stage before / after it on its path (-1 at the ends)."""
-    up = np.full((pp, n_chunks), -1, dtype=np.int64)
-    down = np.full((pp, n_chunks), -1, dtype=np.int64)
+    up = [-1] * (pp * n_chunks)  # lists, then arrays: numpy's item assignment costs more than the lists' here
+    down = [-1] * (pp * n_chunks)
     for path in schedule_named(schedule).stage_paths(pp, vpp):
-        for i, (rank, chunk) in enumerate(path):
-            if i > 0:
-                up[rank, chunk] = path[i - 1][0] * n_chunks + path[i - 1][1]
-            if i + 1 < len(path):
-                down[rank, chunk] = path[i + 1][0] * n_chunks + path[i + 1][1]
-    return up, down
+        flat = [rank * n_chunks + chunk for rank, chunk in path]
+        for before, after in zip(flat, flat[1:], strict=False):
+            up[after] = before
+            down[before] = after
+    return np.array(up, dtype=np.int64).reshape(pp, n_chunks), np.array(down, dtype=np.int64).reshape(pp, n_chunks)
 
 
 def _live_after_forwards(
@@ -325,6 +326,8 @@ def _build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired:
     n_chunks = schedule_named(schedule).chunks_per_rank(vpp)
     kind, chunk, mb, lengths, pair_starts = action_arrays(schedule, pp, vpp, m, paired)
     n_actions = len(kind)
+    if n_actions and not (paired and len(pair_starts)) and loops_jit.loaded():
+        return _compiled_plan(schedule, pp, vpp, m, paired, kind, chunk, mb, lengths)
     rank = np.repeat(np.arange(pp, dtype=np.int64), lengths)
     offset = np.concatenate(([0], np.cumsum(lengths)[:-1]))
 
@@ -477,4 +480,74 @@ def _build_plan(schedule: str, pp: int, vpp: int, num_microbatches: int, paired:
         peak_inflight_chunks=tuple(peak_chunks),
         microbatches_per_chunk=tuple(tuple(int(x) for x in row) for row in forwards),
         sends_per_rank=tuple(int(x) for x in sends_per_rank),
+    )
+
+
+def _compiled_plan(
+    schedule: str,
+    pp: int,
+    vpp: int,
+    m: int,
+    paired: bool,
+    kind: np.ndarray,
+    chunk: np.ndarray,
+    mb: np.ndarray,
+    lengths: np.ndarray,
+) -> Plan:
+    """`_build_plan` of a plan without F&B pairs, by the compiled kernel (`paraplan.sim.plan_jit`): the same Plan."""
+    n_chunks = schedule_named(schedule).chunks_per_rank(vpp)
+    up, down = _neighbour_tables(schedule, pp, vpp, n_chunks)
+    out = plan_jit.plan_arrays(kind, chunk, mb, lengths, up.ravel(), down.ravel(), m, n_chunks, N_KINDS)
+    if out.status == plan_jit.Status.NO_INPUT:
+        raise ValueError(f"{schedule}: an action's input never runs (pp={pp}, m={m})")
+    offset = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    if out.status == plan_jit.Status.ORDER:
+        a = out.bad_consumer
+        rank = int(np.searchsorted(offset, a, side="right")) - 1
+        raise ValueError(
+            f"{schedule}: rank {rank} runs {KIND_NAMES[kind[a]]}{chunk[a]}.{mb[a]} before its input (order error)"
+        )
+    n = len(kind)
+    rank_of_task = np.repeat(np.arange(pp, dtype=np.int64), lengths)
+    lo = tuple(int(x) + 1 for x in offset)
+    if out.status == plan_jit.Status.WIDE:
+        inflight = [_peak_candidates(v) for v in _live_after_forwards(kind, chunk, offset, lengths, n_chunks)]
+        peaks = [int(v.sum(axis=1).max()) for v in inflight]
+    else:
+        bounds = out.candidate_offsets.tolist()
+        inflight = [out.candidates[a:b].copy() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        peaks = out.peaks.tolist()
+
+    def per_stage(values: np.ndarray) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(row) for row in values.reshape(pp, n_chunks).tolist())
+
+    return Plan(
+        schedule=schedule,
+        pp=pp,
+        n_chunks=n_chunks,
+        num_microbatches=m,
+        paired=paired,
+        n_tasks=n,
+        lo=lo,
+        hi=(*lo[1:], n + 1),
+        task_rank=np.concatenate(([0], rank_of_task)),
+        first_action=np.concatenate(([0], np.arange(n + 1))),
+        action_kind=kind,
+        action_chunk=chunk,
+        action_mb=mb,
+        dep_slots=out.dep_slots,
+        send_slots=out.send_slots,
+        send_producer=out.send_producer,
+        send_base=n + 1,
+        release_base=n + 1 + len(out.send_producer),
+        n_slots=n + 1 + len(out.send_producer) + pp * n_chunks,
+        cost_key=out.cost_key,
+        pair_keys=(),
+        key_counts=out.key_counts,
+        first_forward=per_stage(out.first_forward),
+        last_weight=per_stage(out.last_weight),
+        inflight_vectors=tuple(inflight),
+        peak_inflight_chunks=tuple(peaks),
+        microbatches_per_chunk=per_stage(out.forwards),
+        sends_per_rank=tuple(out.sends_per_rank.tolist()),
     )

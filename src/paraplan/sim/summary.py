@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from paraplan.sim import loops_jit
 from paraplan.sim.breakdown import BreakdownPart as Part
 from paraplan.sim.breakdown import close_with_bubble
 from paraplan.sim.costs import PipelineCosts
-from paraplan.sim.loops import positions_of, rows_of
 from paraplan.sim.plan import Plan, peak_live_bytes
 from paraplan.sim.result import Event, SimResult
 from paraplan.sim.tables import DurationTables
@@ -24,14 +24,25 @@ def critical_path_waits(plan: Plan, tl: Timeline) -> dict[str, float]:
     all-gather), "fsdp" (FSDP all-gather). Where a rank was busy until the task started, the walk stays on
     that rank, so only waits that lengthened the step count."""
     start, end, slots = tl.start_s, tl.end_s, tl.slots_s
-    if isinstance(start, np.ndarray):  # from the compiled loops: lists read faster one by one
-        start, end, slots = start.tolist(), end.tolist(), slots.tolist()
-    cols, position, producer_of = rows_of(plan).deps, positions_of(plan), plan.send_producer
-    send_base, release_base = plan.send_base, plan.release_base
-    first_of_rank = set(plan.lo)
     waits = {"pp": 0.0, "dp": 0.0, "fsdp": 0.0}
     lasts = [h - 1 for lo, h in zip(plan.lo, plan.hi, strict=True) if h > lo]
-    task = max(lasts, key=lambda t: (end[t], -t)) if lasts else 0
+    task = max(lasts, key=lambda t: (float(end[t]), -t)) if lasts else 0
+    if isinstance(start, np.ndarray) and not tl.gates and loops_jit.loaded():  # from the compiled loops, no FSDP
+        from paraplan.sim.kernels import critical_waits
+
+        is_first = plan.memo.get("is_first")
+        if is_first is None:
+            is_first = plan.memo["is_first"] = np.zeros(plan.n_tasks + 1, dtype=np.bool_)
+            is_first[list(plan.lo)] = True
+        waits["pp"], waits["dp"] = critical_waits(
+            start, end, slots, plan.dep_slots, plan.send_producer, plan.send_base, plan.release_base, is_first, task
+        )
+        return waits
+    if isinstance(start, np.ndarray):  # from the compiled loops: lists read faster one by one
+        start, end, slots = start.tolist(), end.tolist(), slots.tolist()
+    cols, producer_of = plan.rows[:-2], plan.send_producer  # per task: its dependency slots
+    send_base, release_base = plan.send_base, plan.release_base
+    first_of_rank = set(plan.lo)
     while task:
         s = start[task]
         p = 0 if task in first_of_rank else task - 1
@@ -41,9 +52,8 @@ def critical_path_waits(plan: Plan, tl: Timeline) -> dict[str, float]:
             continue
         producer = 0
         released = False
-        at = position[task]
         for col in cols:
-            slot = col[at]
+            slot = col[task]
             if slot and slots[slot] >= s:
                 if slot < release_base:
                     producer = int(producer_of[slot - send_base])
