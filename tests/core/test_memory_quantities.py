@@ -165,3 +165,49 @@ def test_fsdp2_root_unit_gathered_with_the_last_block() -> None:
     root = 2 * 128256 * 4096  # embedding and output, untied
     layer = 218_112_000  # one Llama 3.1 8B block's linear weights (4096 x 6144 + 4096 x 4096 + 3 x 4096 x 14336)
     assert titan["weights"] - plain["weights"] == pytest.approx(2 * (root + layer - 2 * layer), rel=0.02)
+
+
+def test_torchtitan_reserved_holds_the_16bit_logits_block() -> None:
+    """torchtitan's `self.output(h).float()` frees the head's 16-bit logits into a block no fp32 loss tensor can
+    reuse: the caching allocator keeps it reserved at the loss's peak, 2 bytes per local logit on the rank with the
+    loss, reserved but not allocated; none on other ranks, none under Megatron (its loss casts in place)."""
+    logits = 4096 * 128256  # one sequence, Llama 3's vocabulary
+    common = dict(**LLAMA_8B, gpus=2, pp=2, mbs=1, gbs=4, seq=4096)
+    titan = memory(**common, framework="torchtitan")
+    assert [r.parts["allocator_cached_logits"] for r in titan.ranks] == [0.0, pytest.approx(2 * logits)]
+    last = titan.ranks[-1]
+    assert last.reserved_bytes - last.allocated_bytes == pytest.approx(
+        last.parts["allocator_fragmentation"] + 2 * logits
+    )
+    megatron = memory(**common, framework="megatron-lm")
+    assert all(r.parts["allocator_cached_logits"] == 0 for r in megatron.ranks)
+
+
+def test_a_published_gpu_memory_size_sets_the_capacity(public_csv) -> None:
+    """torchtitan's benchmarks ran on 96 GB H100s, with the 80 GB preset standing in for the chip's speed: the FITS
+    verdict compares with the 96 GB the run had (and says so), so no run that ran is called OOM; a row whose
+    published GPU states the preset's size, or none, keeps the preset's."""
+    from paraplan.projection import project_specs
+
+    row = _row(public_csv, "p1820")
+    run = run_from_row(row)
+    assert run.system.gpu.hbm_gib == 96
+    assert any(a.key == "hbm_gib" for a in run.defaults_used)
+    assert project_specs(run.model, run.system, run.train).memory.fits
+    for row_id in ("p1821", "p1824"):  # "DGX GB200 (...)" and "DGX H100 (H100 SXM5 80GB)"
+        run = run_from_row(_row(public_csv, row_id))
+        assert not any(a.key == "hbm_gib" for a in run.defaults_used)
+    stated = {**_row(public_csv, "p1824"), "gpu": "H100 96GB"}
+    assert run_from_row(stated).system.gpu.hbm_gib == 96
+    assert run_from_row({**stated, "gpu": "H100 80GB"}).system.gpu.hbm_gib == 80
+
+
+def test_torchtitan_rows_within_5pct_and_none_called_oom(public_csv) -> None:
+    """Issue 33: the torchtitan rows (peak reserved, the max over GPUs) within 5% MAPE, and every run that ran fits."""
+    from paraplan.validate.report import validate_rows
+
+    memory_rows = [r for r in read_rows(public_csv) if r["source"] == "torchtitan_benchmarks_202412"]
+    report = validate_rows(memory_rows)
+    assert len(report.memory_rows) == 18
+    assert report.memory_per_source()["torchtitan_benchmarks_202412"]["mape_pct"] <= 5.0
+    assert all(r.fits for r in report.memory_rows)

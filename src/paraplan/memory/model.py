@@ -9,7 +9,8 @@ Three nested quantities per GPU (`RankMemory`):
 - allocated: the tensors live at the worst moment (`torch.cuda.max_memory_allocated`, what Megatron-LM logs
   as `mem-max-allocated-bytes`): the parts in `ALLOCATED_PARTS`;
 - reserved: what PyTorch's caching allocator holds at its peak (`memory_stats()['reserved_bytes.all.peak']`,
-  what torchtitan logs): allocated plus the allocator's fragmentation and rounding (`RESERVED_PARTS`);
+  what torchtitan logs): allocated plus the blocks the allocator holds idle, its fragmentation and the freed
+  16-bit logits under torchtitan (`RESERVED_PARTS`, `cached_logits_bytes`);
 - on the device (`total_bytes`, what the FITS/OOM verdict compares with HBM): reserved plus what lives
   outside the allocator, the CUDA context, library workspaces and NCCL's buffers (`DEVICE_PARTS`).
 """
@@ -44,7 +45,7 @@ ALLOCATED_PARTS = (
     "weights", "gradients", "optimizer", "activations", "recompute_working_set", "loss_working_set",
     "unsharded_params_and_grads", "communication_buffers",
 )  # fmt: skip
-RESERVED_PARTS = ("allocator_fragmentation",)
+RESERVED_PARTS = ("allocator_fragmentation", "allocator_cached_logits")
 DEVICE_PARTS = ("cuda_context_and_nccl",)
 
 
@@ -96,7 +97,7 @@ class RankMemory:
 
     @property
     def reserved_bytes(self) -> float:
-        """Peak reserved by the caching allocator: allocated plus fragmentation and rounding."""
+        """Peak reserved by the caching allocator: allocated plus the blocks it holds idle."""
         return self.allocated_bytes + sum(self.parts.get(k, 0.0) for k in RESERVED_PARTS)
 
     @property
@@ -248,6 +249,24 @@ def root_unit_gathered(train: TrainingSpec, edge_params: float, max_layer_params
 
 
 LOGIT_OUTPUT_BYTES = 4  # torchtitan's `Transformer.forward` returns `self.output(h).float()`: fp32 logits
+LOGIT_MATMUL_BYTES = 2  # the LM head's matmul output, in the 16-bit parameter dtype, before `.float()`
+
+
+def cached_logits_bytes(train: TrainingSpec, loss_logits: float) -> float:
+    """The caching allocator's block of the 16-bit logits, held idle at the loss's peak (reserved, not allocated).
+
+    torchtitan's `Transformer.forward` returns `self.output(h).float()` (torchtitan@9dec370 models/llama/model.py):
+    the head's matmul writes 16-bit logits into a block of their size, `.float()` copies them into a new fp32 block
+    and frees the 16-bit one. PyTorch's CUDA caching allocator keeps a freed block in its segment for reuse by a
+    request no larger than the block (it never merges blocks of different `cudaMalloc` segments, and returns
+    segments to the driver only on `empty_cache()` or when a `cudaMalloc` fails: c10/cuda/CUDACachingAllocator.cpp
+    `get_free_block` / `release_cached_blocks`; torch docs "CUDA memory management"). Every tensor the loss
+    allocates next (fp32 log-probabilities, the gradients of `memory.loss`) is a whole fp32 logit tensor, twice
+    that size, so none can reuse it: the 16-bit block stays reserved until the head's backward writes the 16-bit
+    gradient of the logits into it, after the loss's peak. 0 without a loss on the rank, or outside torchtitan."""
+    if train.framework != "torchtitan" or loss_logits <= 0:
+        return 0.0
+    return LOGIT_MATMUL_BYTES * loss_logits
 
 
 def kept_pipeline_output_bytes(train: TrainingSpec, loss_logits: float) -> float:
@@ -308,6 +327,7 @@ def rank_memory(
     comm_buffer_bytes: float,
     loss_working_bytes: float = 0.0,
     unsharded_bytes: float = 0.0,
+    cached_logits_bytes: float = 0.0,
 ) -> RankMemory:
     """The parts of one GPU. The recompute working set (one layer's saved tensors while it recomputes) and the
     loss's transient (`memory.loss`) are not live at once; `loss_working_set` is what the loss needs beyond the
@@ -319,6 +339,7 @@ def rank_memory(
     parts["unsharded_params_and_grads"] = unsharded_bytes
     parts["communication_buffers"] = comm_buffer_bytes
     parts["allocator_fragmentation"] = FRAGMENTATION * activation_bytes
+    parts["allocator_cached_logits"] = cached_logits_bytes
     parts["cuda_context_and_nccl"] = CUDA_CONTEXT_BYTES
     return RankMemory(rank=rank, parts=parts)
 
@@ -356,6 +377,7 @@ class RankStates:
     loss_working_bytes: float
     kept_output_bytes: float
     unsharded_bytes: float
+    cached_logits_bytes: float = 0.0
 
 
 RankStatesCache = dict[tuple[float, ...], RankStates]
@@ -413,9 +435,8 @@ def pipeline_memory(
                 [unsharded_stage_bytes(stages[i].dense_params, stages[i].expert_params, train, "grads") for i in row],
                 [kept_pipeline_output_bytes(train, stages[i].loss_logits) / train.num_microbatches for i in row],
             )
-        ranks.append(
-            rank_memory(r, rank.states, activations, max_full_saved, comm_buffers, rank.loss_working_bytes, unsharded)
-        )
+        held = (rank.states, activations, max_full_saved, comm_buffers, rank.loss_working_bytes, unsharded)
+        ranks.append(rank_memory(r, *held, cached_logits_bytes=rank.cached_logits_bytes))
     return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)
 
 
@@ -447,4 +468,5 @@ def _rank_states(
         loss_working_bytes=loss_extra_bytes_per_logit(train) * logits,
         kept_output_bytes=kept_pipeline_output_bytes(train, logits),
         unsharded_bytes=unsharded_stage_bytes(dense, expert, train),
+        cached_logits_bytes=cached_logits_bytes(train, logits),
     )

@@ -189,6 +189,22 @@ def _gpu_preset(row: dict[str, str]) -> tuple[str, list[Assumption]]:
     return preset, [Assumption("gpu_preset", preset, why)] if why else []
 
 
+_STATED_HBM = re.compile(r"\b(\d+(?:\.\d+)?)\s*GB\b")
+
+
+def _stated_hbm_gib(row: dict[str, str], preset_hbm_gib: float) -> tuple[float | None, list[Assumption]]:
+    """The memory of the GPU as the row publishes it (`gpu`: "H100 96GB HBM2e @500W") where it differs from the
+    preset that stands in for the chip's speed (`gpu_preset` h100-sxm5-80gb): the run had that much memory, so
+    the FITS verdict compares with it. HBM is sold in binary gigabytes (an "80GB" H100 holds 80 GiB, as the
+    presets' `hbm_gib`), so the stated figure is read as GiB. None when the name states no size or the preset's."""
+    found = _STATED_HBM.search(row.get("gpu") or "")
+    if found is None or float(found.group(1)) == preset_hbm_gib:
+        return None, []
+    stated = float(found.group(1))
+    why = f"the published GPU ({row['gpu'].strip()}) holds {stated:g} GB, the stand-in preset {preset_hbm_gib:g}"
+    return stated, [Assumption("hbm_gib", f"{stated:g}", why)]
+
+
 _ATTENTION_BACKEND_FLAG = re.compile(r"--attention-backend[ =](\w+)")
 
 
@@ -265,6 +281,10 @@ def run_from_row(row: dict[str, str], framework_version: date | None = None) -> 
     used.extend(gpu_used)
     system = system_preset(gpu, num_gpus)
     overrides: dict[str, object] = {}
+    hbm_gib, hbm_used = _stated_hbm_gib(row, system.gpu.hbm_gib)
+    if hbm_gib is not None:
+        overrides["hbm_gib"] = hbm_gib
+        used.extend(hbm_used)
     if _int(row, "gpus_per_node"):
         overrides["gpus_per_node"] = _int(row, "gpus_per_node")
     if (row.get("nic_gbps_per_gpu") or "").strip():
