@@ -211,3 +211,31 @@ def test_torchtitan_rows_within_5pct_and_none_called_oom(public_csv) -> None:
     assert len(report.memory_rows) == 18
     assert report.memory_per_source()["torchtitan_benchmarks_202412"]["mape_pct"] <= 5.0
     assert all(r.fits for r in report.memory_rows)
+
+
+def test_megatron_test_rows_take_the_test_model_preset(public_csv) -> None:
+    """A row whose source_ref names a Megatron-LM functional test with a shipped preset is projected with the test's
+    whole architecture (MLA, MTP, shared experts, the dense layers first), which its columns cannot hold; a row that
+    states another shape is refused with the columns named; another test case keeps the columns."""
+    from paraplan.errors import ConfigError
+
+    moe = run_from_row(_row(public_csv, "p1827")).model
+    assert moe.name == "mlm-moe-proxy-16l"
+    assert moe.is_mla and moe.mtp_num_layers == 1 and moe.moe_first_k_dense == 1
+    assert moe.moe_shared_expert_intermediate_size == 1024 and moe.ffn_hidden_size == 4096
+    proxy = run_from_row(_row(public_csv, "p1828")).model
+    assert proxy.name == "mlm-dsv3-proxy-8l" and proxy.is_mla and proxy.moe_first_k_dense == 3
+    assert run_from_row(_row(public_csv, "p1821")).model.name != "mlm-moe-proxy-16l"  # a GPT test: its columns
+    with pytest.raises(ConfigError, match="num_layers 12"):
+        run_from_row({**_row(public_csv, "p1827"), "num_layers": "12"})
+
+
+def test_megatron_moe_proxy_with_its_architecture_within_10pct(public_csv) -> None:
+    """p1827 (peak allocated of the last rank) was 29% low with the columns' llama-like MoE; with the test's MLA, MTP
+    layer, shared experts and dense first layer it is within 10%."""
+    from paraplan.projection import project_specs
+
+    row = _row(public_csv, "p1827")
+    run = run_from_row(row)
+    result = project_specs(run.model, run.system, run.train).memory
+    assert abs(memory_row("p1827", run.source, run.value, row["notes"], result, ()).error_pct) < 10

@@ -91,8 +91,44 @@ def _measured_value(row: dict[str, str]) -> float:
     return value
 
 
+# Megatron-LM functional tests whose model paraplan ships as a preset (specs/presets/models.yaml, each with the
+# test's model_config.yaml as its source): the test's whole architecture (MLA, MTP, shared experts, dense layers
+# before the MoE ones), which the columns cannot hold.
+MEGATRON_TEST_MODELS = {
+    "moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed": "mlm-moe-proxy-16l",
+    "moe/deepseek_proxy_fsdp_ep2_fsdp2": "mlm-dsv3-proxy-8l",
+}
+_MEGATRON_TEST_CASE = re.compile(r"tests/functional_tests/test_cases/([\w.-]+/[\w.-]+)/")
+_SHAPE_COLUMNS = {
+    "num_layers": "num_layers", "hidden": "hidden_size", "num_heads": "num_attention_heads",
+    "num_experts": "num_experts", "topk": "moe_router_topk",
+}  # fmt: skip
+
+
+def _megatron_test_preset(row: dict[str, str]) -> str:
+    """The preset of the Megatron-LM functional test a row's source_ref names ("" for none), checked against the
+    row's shape columns: a row that states another shape is a ConfigError naming each column that differs."""
+    case = _MEGATRON_TEST_CASE.search(row.get("source_ref") or "")
+    name = case.group(1) if case else ""
+    preset = MEGATRON_TEST_MODELS.get(name, "")
+    if not preset:
+        return ""
+    model = model_preset(preset)
+    differ = [
+        f"{column} {_int(row, column)} (the test's model has {getattr(model, field)})"
+        for column, field in _SHAPE_COLUMNS.items()
+        if _int(row, column) is not None and _int(row, column) != getattr(model, field)
+    ]
+    if differ:
+        raise ConfigError(
+            f"row {row.get('id', '?')}: the Megatron-LM test {name} runs {preset}, but the row states "
+            f"{', '.join(differ)}"
+        )
+    return preset
+
+
 def _model_from_row(row: dict[str, str]) -> ModelSpec:
-    preset = (row.get("model_preset") or "").strip()
+    preset = (row.get("model_preset") or "").strip() or _megatron_test_preset(row)
     if preset:
         model = model_preset(preset)
         if model.mtp_num_layers and "w/o mtp" in row["model"].lower():  # "DeepSeekV3 (w/o MTP)": trained without
