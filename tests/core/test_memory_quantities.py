@@ -27,7 +27,8 @@ def test_every_part_is_one_quantity_and_they_nest() -> None:
 
 def _loss_part(framework: str) -> float:
     result = memory(**LLAMA_8B, gpus=8, fsdp=True, zero_stage=3, mbs=1, gbs=8, seq=32768, framework=framework)
-    return result.ranks[-1].parts["loss_working_set"] + result.ranks[-1].parts["recompute_working_set"]
+    parts = result.ranks[-1].parts
+    return parts["loss_working_set"] + parts["recompute_working_set"] + parts["backward_working_set"]
 
 
 def test_loss_transient_torch_cross_entropy_vs_megatron() -> None:
@@ -47,7 +48,7 @@ def test_torchtitan_loss_parallel_under_tp_holds_twelve_bytes_per_logit() -> Non
 
     def loss(framework: str, **extra: object) -> float:
         rank = memory(**common, framework=framework, **extra).ranks[-1]
-        return rank.parts["loss_working_set"] + rank.parts["recompute_working_set"]
+        return rank.parts["loss_working_set"] + rank.parts["recompute_working_set"] + rank.parts["backward_working_set"]
 
     assert loss("torchtitan", fsdp=True, zero_stage=3) == pytest.approx(
         TORCH_LOSS_PARALLEL_EXTRA_BYTES * local_logits, rel=0.01
@@ -239,3 +240,33 @@ def test_megatron_moe_proxy_with_its_architecture_within_10pct(public_csv) -> No
     run = run_from_row(row)
     result = project_specs(run.model, run.system, run.train).memory
     assert abs(memory_row("p1827", run.source, run.value, row["notes"], result, ()).error_pct) < 10
+
+
+def test_backward_transient_is_the_largest_matmul_gradient_pair() -> None:
+    """A matmul's backward holds its output's gradient and writes its input's: under unfused attention the context
+    product's (the probabilities' gradient, score-sized, and the context's; the fused softmax's backward is in place),
+    with flash attention the largest weight GEMM's (an MLP projection): m x (n + k) 16-bit elements."""
+    from paraplan.graph.layers import Shard, decoder_layer_ops
+    from paraplan.memory.blocks import backward_transient_bytes
+    from paraplan.specs.presets import model_preset
+
+    model = model_preset("llama3.1-8b")
+    tokens, h, ffn = 4096, model.hidden_size, model.ffn_hidden_size
+    common = dict(batch=1, seq=tokens, seq_full=tokens, tp=1, sp=False, cp=1, ep=1, etp=1, precision="bf16")
+    flash = decoder_layer_ops(model, Shard(**common, flash=True), moe=False)
+    assert backward_transient_bytes(flash) == pytest.approx(2 * tokens * (2 * ffn + h))  # w1|w3: 4096 -> 2 x 14336
+    unfused = decoder_layer_ops(model, Shard(**common, flash=False), moe=False)
+    scores = model.num_attention_heads * tokens * tokens
+    assert backward_transient_bytes(unfused) == pytest.approx(2 * (scores + tokens * model.num_attention_heads * 128))
+
+
+def test_a_layer_backward_and_the_loss_are_not_live_at_once() -> None:
+    """The rank with the loss holds the larger of the loss's transient and a layer's backward working set; a rank
+    without it holds the layer's."""
+    result = memory(**LLAMA_8B, gpus=2, pp=2, mbs=1, gbs=4, seq=4096, attention_backend="unfused")
+    first, last = result.ranks
+    layer = first.parts["recompute_working_set"] + first.parts["backward_working_set"]
+    assert first.parts["backward_working_set"] > 0 and first.parts["loss_working_set"] == 0
+    held = last.parts["recompute_working_set"] + last.parts["backward_working_set"] + last.parts["loss_working_set"]
+    loss_extra = 2.0 * 4096 * 128256  # Megatron's vocab-parallel loss: 2 bytes per logit beyond the saved 4
+    assert held == pytest.approx(max(layer, loss_extra), rel=0.01)

@@ -42,7 +42,8 @@ FRAGMENTATION = 0.05  # caching-allocator fragmentation on activations (PyTorch 
 HEADROOM = 0.03  # margin kept free of the HBM capacity for the FITS verdict
 
 ALLOCATED_PARTS = (
-    "weights", "gradients", "optimizer", "activations", "recompute_working_set", "loss_working_set",
+    "weights", "gradients", "optimizer", "activations", "recompute_working_set", "backward_working_set",
+    "loss_working_set",
     "unsharded_params_and_grads", "communication_buffers",
 )  # fmt: skip
 RESERVED_PARTS = ("allocator_fragmentation", "allocator_cached_logits")
@@ -328,14 +329,16 @@ def rank_memory(
     loss_working_bytes: float = 0.0,
     unsharded_bytes: float = 0.0,
     cached_logits_bytes: float = 0.0,
+    backward_transient_bytes: float = 0.0,
 ) -> RankMemory:
-    """The parts of one GPU. The recompute working set (one layer's saved tensors while it recomputes) and the
-    loss's transient (`memory.loss`) are not live at once; `loss_working_set` is what the loss needs beyond the
-    recompute working set, so the two add up to the larger."""
+    """The parts of one GPU. A layer's backward (the saved tensors of the layer it recomputes, and the gradients in
+    flight, `memory.blocks.backward_transient_bytes`) and the loss's transient (`memory.loss`) are not live at once;
+    `loss_working_set` is what the loss needs beyond the layer's working sets, so the parts add up to the larger."""
     parts = dict(states)
     parts["activations"] = activation_bytes
     parts["recompute_working_set"] = recompute_working_bytes
-    parts["loss_working_set"] = max(0.0, loss_working_bytes - recompute_working_bytes)
+    parts["backward_working_set"] = backward_transient_bytes
+    parts["loss_working_set"] = max(0.0, loss_working_bytes - recompute_working_bytes - backward_transient_bytes)
     parts["unsharded_params_and_grads"] = unsharded_bytes
     parts["communication_buffers"] = comm_buffer_bytes
     parts["allocator_fragmentation"] = FRAGMENTATION * activation_bytes
@@ -365,6 +368,8 @@ class StageFootprint:
     """Logit elements of one micro-batch on this GPU when the stage holds the LM head and loss (`memory.loss`)."""
     edge_params: float = 0.0
     """Parameters outside the decoder layers (embedding, final norm, LM head): torch FSDP2's root unit."""
+    max_backward_transient_bytes: float = 0.0
+    """The largest decoder layer's gradients in flight in its backward (`memory.blocks.backward_transient_bytes`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +413,7 @@ def pipeline_memory(
     `states_cache`: the ranks' `RankStates` already computed for this model, shard and spec (any recompute)."""
     max_layer_params = max((s.max_layer_params for s in stages), default=0.0)
     max_full_saved = max((s.max_full_saved_bytes for s in stages), default=0.0)
+    max_transient = max((s.max_backward_transient_bytes for s in stages), default=0.0)
     comm_buffers = comm_buffer_bytes(model, shard, train)
     cache: RankStatesCache = {} if states_cache is None else states_cache
     gathered: float | None = None  # looked up once, when a rank's states are not cached
@@ -436,7 +442,9 @@ def pipeline_memory(
                 [kept_pipeline_output_bytes(train, stages[i].loss_logits) / train.num_microbatches for i in row],
             )
         held = (rank.states, activations, max_full_saved, comm_buffers, rank.loss_working_bytes, unsharded)
-        ranks.append(rank_memory(r, *held, cached_logits_bytes=rank.cached_logits_bytes))
+        ranks.append(
+            rank_memory(r, *held, cached_logits_bytes=rank.cached_logits_bytes, backward_transient_bytes=max_transient)
+        )
     return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)
 
 
