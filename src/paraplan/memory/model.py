@@ -38,7 +38,11 @@ MASTER_AND_ADAM_BYTES = 12  # fp32 master weights + Adam m and v
 FP32_WEIGHT_BYTES = 4  # plain fp32 training: the weights are the master copy
 ADAM_BYTES = 8  # fp32 Adam m and v
 CUDA_CONTEXT_BYTES = 0.75 * GIB  # CUDA context, cuBLAS/cuDNN workspaces, NCCL (nvidia-smi on an idle job)
-FRAGMENTATION = 0.05  # caching-allocator fragmentation on activations (PyTorch memory stats, typical)
+# The caching allocator's holes between live activations (freed blocks split out of segments that live tensors
+# pin; blocks merge only with free neighbours of the same segment). Not its rounding: sizes round up to 512 B, and
+# requests over 10 MiB to 2 MiB (c10/cuda/CUDACachingAllocator.cpp kMinBlockSize, kRoundLarge), under 1% on
+# saved tensors of tens of MiB. An estimate without a measured source: the holes depend on the allocation order.
+FRAGMENTATION = 0.05
 HEADROOM = 0.03  # margin kept free of the HBM capacity for the FITS verdict
 
 ALLOCATED_PARTS = (
