@@ -233,7 +233,7 @@ def _layout_parts(
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)
 def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFootprint:
     """Parameters and saved bytes of one model stage: its blocks' (`block_memory_of`) added up."""
-    dense = expert = saved = max_layer = max_full_saved = loss_logits = edge = 0.0
+    dense = expert = saved = max_layer = max_full_saved = loss_logits = edge = max_transient = 0.0
     run_heads = run_inner = 0  # Megatron's uniform method: the layers that keep a run's input, and the others
     present = {kind for kind, _, _ in parts}
     for kind, mode, count in parts:
@@ -247,6 +247,7 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
         saved += memory.saved_bytes * count
         if layer_kind.is_decoder_layer:
             max_layer = max(max_layer, memory.dense_params + memory.expert_params)
+            max_transient = max(max_transient, memory.backward_transient_bytes)
             if mode in ("full", FULL_INNER, OFFLOAD):  # recomputed, or reloaded from host memory, one at a time
                 max_full_saved = max(max_full_saved, memory.full_saved_bytes)
                 run_heads += count if mode == "full" else 0
@@ -256,7 +257,7 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
         loss_logits = max(loss_logits, memory.loss_logits)  # the vocab-parallel logits (`memory.loss`)
     if run_inner:  # a uniform run is recomputed whole before its backward: all its layers' activations at once
         max_full_saved *= -(-(run_heads + run_inner) // max(1, run_heads))
-    return StageFootprint(dense, expert, saved, max_layer, max_full_saved, loss_logits, edge)
+    return StageFootprint(dense, expert, saved, max_layer, max_full_saved, loss_logits, edge, max_transient)
 
 
 def stage_footprints(

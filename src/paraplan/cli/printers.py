@@ -106,7 +106,7 @@ def print_memory(result: Projection, as_json: bool) -> None:
     # lives outside it
     groups = (
         (ALLOCATED_PARTS, "peak allocated (tensors at the worst moment)", peak.allocated_bytes),
-        (RESERVED_PARTS, "peak reserved (+ the caching allocator's fragmentation)", peak.reserved_bytes),
+        (RESERVED_PARTS, "peak reserved (+ what the caching allocator holds idle)", peak.reserved_bytes),
         (DEVICE_PARTS, "on the device (+ CUDA context and NCCL)", peak.total_bytes),
     )
     for names, label, subtotal in groups:

@@ -28,12 +28,31 @@ class BlockMemory:
     """What it would keep without recompute (the working set while recomputing)."""
     loss_logits: float = 0.0
     """Logit elements its largest cross-entropy works over (the head's, an MTP module's; `memory.loss`)."""
+    backward_transient_bytes: float = 0.0
+    """The gradients live at once in its backward beyond the saved tensors (`backward_transient_bytes`)."""
 
 
 def weight_params(op: Op) -> int:
     if op.kind is not OpKind.GEMM or op.gemm is None or is_weightless_gemm(op):
         return 0
     return op.gemm.k * op.gemm.n * op.gemm.count
+
+
+def backward_transient_bytes(forward: Sequence[Op], act_bytes: float = 2.0) -> float:
+    """The largest pair of activation gradients one backward step holds beside the saved tensors: a matmul's
+    backward (a weight GEMM or attention's scores and context products) takes the gradient of its output and
+    writes that of its input, and autograd frees the output's gradient only when the node returns (torch
+    autograd engine: a node's inputs are released after its `apply`). The 16-bit gradients of an (m x k) @ (k x n)
+    product: m x (n + k) elements per instance. Megatron's and TransformerEngine's fused scale-mask-softmax write
+    their input gradient over the output gradient (`scaled_masked_softmax_cuda.backward`: "in-place"), so under
+    unfused attention the score-sized pair is the context product's: the probabilities' gradient and the
+    context's. Weight gradients go to the gradient buffers (`gradients`), not counted here."""
+    worst = 0.0
+    for op in forward:
+        if op.kind is OpKind.GEMM and op.gemm is not None:
+            g = op.gemm
+            worst = max(worst, act_bytes * g.count * g.m * (g.n + g.k))
+    return worst
 
 
 def block_memory(
@@ -55,4 +74,5 @@ def block_memory(
         saved_bytes=saved_bytes(forward, recompute, layer_input_bytes, act_bytes),
         full_saved_bytes=sum(op.saved_bytes for op in forward),
         loss_logits=max(losses, default=0.0),
+        backward_transient_bytes=backward_transient_bytes(forward, act_bytes),
     )

@@ -9,7 +9,8 @@ Three nested quantities per GPU (`RankMemory`):
 - allocated: the tensors live at the worst moment (`torch.cuda.max_memory_allocated`, what Megatron-LM logs
   as `mem-max-allocated-bytes`): the parts in `ALLOCATED_PARTS`;
 - reserved: what PyTorch's caching allocator holds at its peak (`memory_stats()['reserved_bytes.all.peak']`,
-  what torchtitan logs): allocated plus the allocator's fragmentation and rounding (`RESERVED_PARTS`);
+  what torchtitan logs): allocated plus the blocks the allocator holds idle, its fragmentation and the freed
+  16-bit logits under torchtitan (`RESERVED_PARTS`, `cached_logits_bytes`);
 - on the device (`total_bytes`, what the FITS/OOM verdict compares with HBM): reserved plus what lives
   outside the allocator, the CUDA context, library workspaces and NCCL's buffers (`DEVICE_PARTS`).
 """
@@ -37,14 +38,19 @@ MASTER_AND_ADAM_BYTES = 12  # fp32 master weights + Adam m and v
 FP32_WEIGHT_BYTES = 4  # plain fp32 training: the weights are the master copy
 ADAM_BYTES = 8  # fp32 Adam m and v
 CUDA_CONTEXT_BYTES = 0.75 * GIB  # CUDA context, cuBLAS/cuDNN workspaces, NCCL (nvidia-smi on an idle job)
-FRAGMENTATION = 0.05  # caching-allocator fragmentation on activations (PyTorch memory stats, typical)
+# The caching allocator's holes between live activations (freed blocks split out of segments that live tensors
+# pin; blocks merge only with free neighbours of the same segment). Not its rounding: sizes round up to 512 B, and
+# requests over 10 MiB to 2 MiB (c10/cuda/CUDACachingAllocator.cpp kMinBlockSize, kRoundLarge), under 1% on
+# saved tensors of tens of MiB. An estimate without a measured source: the holes depend on the allocation order.
+FRAGMENTATION = 0.05
 HEADROOM = 0.03  # margin kept free of the HBM capacity for the FITS verdict
 
 ALLOCATED_PARTS = (
-    "weights", "gradients", "optimizer", "activations", "recompute_working_set", "loss_working_set",
+    "weights", "gradients", "optimizer", "activations", "recompute_working_set", "backward_working_set",
+    "loss_working_set",
     "unsharded_params_and_grads", "communication_buffers",
 )  # fmt: skip
-RESERVED_PARTS = ("allocator_fragmentation",)
+RESERVED_PARTS = ("allocator_fragmentation", "allocator_cached_logits")
 DEVICE_PARTS = ("cuda_context_and_nccl",)
 
 
@@ -96,7 +102,7 @@ class RankMemory:
 
     @property
     def reserved_bytes(self) -> float:
-        """Peak reserved by the caching allocator: allocated plus fragmentation and rounding."""
+        """Peak reserved by the caching allocator: allocated plus the blocks it holds idle."""
         return self.allocated_bytes + sum(self.parts.get(k, 0.0) for k in RESERVED_PARTS)
 
     @property
@@ -248,6 +254,24 @@ def root_unit_gathered(train: TrainingSpec, edge_params: float, max_layer_params
 
 
 LOGIT_OUTPUT_BYTES = 4  # torchtitan's `Transformer.forward` returns `self.output(h).float()`: fp32 logits
+LOGIT_MATMUL_BYTES = 2  # the LM head's matmul output, in the 16-bit parameter dtype, before `.float()`
+
+
+def cached_logits_bytes(train: TrainingSpec, loss_logits: float) -> float:
+    """The caching allocator's block of the 16-bit logits, held idle at the loss's peak (reserved, not allocated).
+
+    torchtitan's `Transformer.forward` returns `self.output(h).float()` (torchtitan@9dec370 models/llama/model.py):
+    the head's matmul writes 16-bit logits into a block of their size, `.float()` copies them into a new fp32 block
+    and frees the 16-bit one. PyTorch's CUDA caching allocator keeps a freed block in its segment for reuse by a
+    request no larger than the block (it never merges blocks of different `cudaMalloc` segments, and returns
+    segments to the driver only on `empty_cache()` or when a `cudaMalloc` fails: c10/cuda/CUDACachingAllocator.cpp
+    `get_free_block` / `release_cached_blocks`; torch docs "CUDA memory management"). Every tensor the loss
+    allocates next (fp32 log-probabilities, the gradients of `memory.loss`) is a whole fp32 logit tensor, twice
+    that size, so none can reuse it: the 16-bit block stays reserved until the head's backward writes the 16-bit
+    gradient of the logits into it, after the loss's peak. 0 without a loss on the rank, or outside torchtitan."""
+    if train.framework != "torchtitan" or loss_logits <= 0:
+        return 0.0
+    return LOGIT_MATMUL_BYTES * loss_logits
 
 
 def kept_pipeline_output_bytes(train: TrainingSpec, loss_logits: float) -> float:
@@ -308,17 +332,21 @@ def rank_memory(
     comm_buffer_bytes: float,
     loss_working_bytes: float = 0.0,
     unsharded_bytes: float = 0.0,
+    cached_logits_bytes: float = 0.0,
+    backward_transient_bytes: float = 0.0,
 ) -> RankMemory:
-    """The parts of one GPU. The recompute working set (one layer's saved tensors while it recomputes) and the
-    loss's transient (`memory.loss`) are not live at once; `loss_working_set` is what the loss needs beyond the
-    recompute working set, so the two add up to the larger."""
+    """The parts of one GPU. A layer's backward (the saved tensors of the layer it recomputes, and the gradients in
+    flight, `memory.blocks.backward_transient_bytes`) and the loss's transient (`memory.loss`) are not live at once;
+    `loss_working_set` is what the loss needs beyond the layer's working sets, so the parts add up to the larger."""
     parts = dict(states)
     parts["activations"] = activation_bytes
     parts["recompute_working_set"] = recompute_working_bytes
-    parts["loss_working_set"] = max(0.0, loss_working_bytes - recompute_working_bytes)
+    parts["backward_working_set"] = backward_transient_bytes
+    parts["loss_working_set"] = max(0.0, loss_working_bytes - recompute_working_bytes - backward_transient_bytes)
     parts["unsharded_params_and_grads"] = unsharded_bytes
     parts["communication_buffers"] = comm_buffer_bytes
     parts["allocator_fragmentation"] = FRAGMENTATION * activation_bytes
+    parts["allocator_cached_logits"] = cached_logits_bytes
     parts["cuda_context_and_nccl"] = CUDA_CONTEXT_BYTES
     return RankMemory(rank=rank, parts=parts)
 
@@ -344,6 +372,8 @@ class StageFootprint:
     """Logit elements of one micro-batch on this GPU when the stage holds the LM head and loss (`memory.loss`)."""
     edge_params: float = 0.0
     """Parameters outside the decoder layers (embedding, final norm, LM head): torch FSDP2's root unit."""
+    max_backward_transient_bytes: float = 0.0
+    """The largest decoder layer's gradients in flight in its backward (`memory.blocks.backward_transient_bytes`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +386,7 @@ class RankStates:
     loss_working_bytes: float
     kept_output_bytes: float
     unsharded_bytes: float
+    cached_logits_bytes: float = 0.0
 
 
 RankStatesCache = dict[tuple[float, ...], RankStates]
@@ -386,6 +417,7 @@ def pipeline_memory(
     `states_cache`: the ranks' `RankStates` already computed for this model, shard and spec (any recompute)."""
     max_layer_params = max((s.max_layer_params for s in stages), default=0.0)
     max_full_saved = max((s.max_full_saved_bytes for s in stages), default=0.0)
+    max_transient = max((s.max_backward_transient_bytes for s in stages), default=0.0)
     comm_buffers = comm_buffer_bytes(model, shard, train)
     cache: RankStatesCache = {} if states_cache is None else states_cache
     gathered: float | None = None  # looked up once, when a rank's states are not cached
@@ -413,8 +445,9 @@ def pipeline_memory(
                 [unsharded_stage_bytes(stages[i].dense_params, stages[i].expert_params, train, "grads") for i in row],
                 [kept_pipeline_output_bytes(train, stages[i].loss_logits) / train.num_microbatches for i in row],
             )
+        held = (rank.states, activations, max_full_saved, comm_buffers, rank.loss_working_bytes, unsharded)
         ranks.append(
-            rank_memory(r, rank.states, activations, max_full_saved, comm_buffers, rank.loss_working_bytes, unsharded)
+            rank_memory(r, *held, cached_logits_bytes=rank.cached_logits_bytes, backward_transient_bytes=max_transient)
         )
     return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)
 
@@ -447,4 +480,5 @@ def _rank_states(
         loss_working_bytes=loss_extra_bytes_per_logit(train) * logits,
         kept_output_bytes=kept_pipeline_output_bytes(train, logits),
         unsharded_bytes=unsharded_stage_bytes(dense, expert, train),
+        cached_logits_bytes=cached_logits_bytes(train, logits),
     )

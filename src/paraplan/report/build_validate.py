@@ -154,7 +154,7 @@ def memory_table(result: ValidationReport) -> Table:
         numeric_columns=(1, 2, 3),
         caption="Each row is compared with the projected GPU its notes name: the last pipeline rank for a last-rank "
         "figure, else the peak over the ranks, in the figure's own quantity: projected allocated bytes for a "
-        "peak-allocated figure, reserved bytes (plus the caching allocator's fragmentation) for a peak-reserved one.",
+        "peak-allocated figure, reserved bytes (plus what the caching allocator holds idle) for a peak-reserved one.",
     )
 
 

@@ -91,8 +91,44 @@ def _measured_value(row: dict[str, str]) -> float:
     return value
 
 
+# Megatron-LM functional tests whose model paraplan ships as a preset (specs/presets/models.yaml, each with the
+# test's model_config.yaml as its source): the test's whole architecture (MLA, MTP, shared experts, dense layers
+# before the MoE ones), which the columns cannot hold.
+MEGATRON_TEST_MODELS = {
+    "moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed": "mlm-moe-proxy-16l",
+    "moe/deepseek_proxy_fsdp_ep2_fsdp2": "mlm-dsv3-proxy-8l",
+}
+_MEGATRON_TEST_CASE = re.compile(r"tests/functional_tests/test_cases/([\w.-]+/[\w.-]+)/")
+_SHAPE_COLUMNS = {
+    "num_layers": "num_layers", "hidden": "hidden_size", "num_heads": "num_attention_heads",
+    "num_experts": "num_experts", "topk": "moe_router_topk",
+}  # fmt: skip
+
+
+def _megatron_test_preset(row: dict[str, str]) -> str:
+    """The preset of the Megatron-LM functional test a row's source_ref names ("" for none), checked against the
+    row's shape columns: a row that states another shape is a ConfigError naming each column that differs."""
+    case = _MEGATRON_TEST_CASE.search(row.get("source_ref") or "")
+    name = case.group(1) if case else ""
+    preset = MEGATRON_TEST_MODELS.get(name, "")
+    if not preset:
+        return ""
+    model = model_preset(preset)
+    differ = [
+        f"{column} {_int(row, column)} (the test's model has {getattr(model, field)})"
+        for column, field in _SHAPE_COLUMNS.items()
+        if _int(row, column) is not None and _int(row, column) != getattr(model, field)
+    ]
+    if differ:
+        raise ConfigError(
+            f"row {row.get('id', '?')}: the Megatron-LM test {name} runs {preset}, but the row states "
+            f"{', '.join(differ)}"
+        )
+    return preset
+
+
 def _model_from_row(row: dict[str, str]) -> ModelSpec:
-    preset = (row.get("model_preset") or "").strip()
+    preset = (row.get("model_preset") or "").strip() or _megatron_test_preset(row)
     if preset:
         model = model_preset(preset)
         if model.mtp_num_layers and "w/o mtp" in row["model"].lower():  # "DeepSeekV3 (w/o MTP)": trained without
@@ -189,6 +225,22 @@ def _gpu_preset(row: dict[str, str]) -> tuple[str, list[Assumption]]:
     return preset, [Assumption("gpu_preset", preset, why)] if why else []
 
 
+_STATED_HBM = re.compile(r"\b(\d+(?:\.\d+)?)\s*GB\b")
+
+
+def _stated_hbm_gib(row: dict[str, str], preset_hbm_gib: float) -> tuple[float | None, list[Assumption]]:
+    """The memory of the GPU as the row publishes it (`gpu`: "H100 96GB HBM2e @500W") where it differs from the
+    preset that stands in for the chip's speed (`gpu_preset` h100-sxm5-80gb): the run had that much memory, so
+    the FITS verdict compares with it. HBM is sold in binary gigabytes (an "80GB" H100 holds 80 GiB, as the
+    presets' `hbm_gib`), so the stated figure is read as GiB. None when the name states no size or the preset's."""
+    found = _STATED_HBM.search(row.get("gpu") or "")
+    if found is None or float(found.group(1)) == preset_hbm_gib:
+        return None, []
+    stated = float(found.group(1))
+    why = f"the published GPU ({row['gpu'].strip()}) holds {stated:g} GB, the stand-in preset {preset_hbm_gib:g}"
+    return stated, [Assumption("hbm_gib", f"{stated:g}", why)]
+
+
 _ATTENTION_BACKEND_FLAG = re.compile(r"--attention-backend[ =](\w+)")
 
 
@@ -265,6 +317,10 @@ def run_from_row(row: dict[str, str], framework_version: date | None = None) -> 
     used.extend(gpu_used)
     system = system_preset(gpu, num_gpus)
     overrides: dict[str, object] = {}
+    hbm_gib, hbm_used = _stated_hbm_gib(row, system.gpu.hbm_gib)
+    if hbm_gib is not None:
+        overrides["hbm_gib"] = hbm_gib
+        used.extend(hbm_used)
     if _int(row, "gpus_per_node"):
         overrides["gpus_per_node"] = _int(row, "gpus_per_node")
     if (row.get("nic_gbps_per_gpu") or "").strip():
