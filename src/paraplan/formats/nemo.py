@@ -280,7 +280,7 @@ def _to_arguments(s: _Settings) -> tuple[dict[str, Any], str | None]:
     # A dump lists every field at its default: details of a feature that is off are not settings.
     off: list[str] = []
     if v.get("fp8") is None:
-        off += FP8_DETAIL_DESTS
+        off += [d for d in FP8_DETAIL_DESTS if v.get("fp4") is None or d not in BF16_LAYER_DESTS]
     if v.get("fp4") is None:
         off.append("fp4_recipe")
     if v.get("num_moe_experts") is None:
