@@ -193,3 +193,22 @@ def test_first_last_layers_bf16_round_trips_through_megatron_and_nemo() -> None:
     assert read_config(text, "megatron", num_gpus=8).train.bf16_edge_layers == (1, 3)
     assert read_nemo(write_nemo(model, system, train), num_gpus=8).train.bf16_edge_layers == (1, 3)
     assert "--first-last-layers-bf16" not in write_megatron(model, system, off)
+
+
+def test_chakra_traces_build_the_bf16_layers_in_bf16() -> None:
+    from paraplan.formats.chakra import _stage_parts
+    from paraplan.graph.partition import virtual_stages
+
+    model = model_preset("llama3.1-8b")
+    train = TrainingSpec(
+        data_parallel_size=1, global_batch_size=1, precision="mxfp8", first_last_layers_bf16=True,
+        num_layers_at_end_in_bf16=2,
+    )  # fmt: skip
+    (stage,) = virtual_stages(model, train)
+    parts = {name: ops for name, _, ops in _stage_parts(model, L.Shard.of(train), train, stage)}
+
+    def gemms(name: str) -> set[str]:
+        return {op.precision for op in parts[name] if op.kind is OpKind.GEMM}
+
+    assert gemms("layer0") == gemms("layer30") == gemms("layer31") == {"bf16"}
+    assert gemms("layer1") == gemms("layer29") == {"mxfp8"}
