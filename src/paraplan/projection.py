@@ -29,9 +29,12 @@ from paraplan.cost.block import (
 from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.collectives import SourceKey, add_records, collective_sources, record, timed_collective
 from paraplan.cost.comm import GroupPlacement, place_group
+from paraplan.cost.compute import weight_quantize_s
 from paraplan.cost.offload import optimizer_step_s
+from paraplan.cost.quantize import LOW_PRECISIONS, WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS
 from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
+from paraplan.graph.backward import is_weightless_gemm
 from paraplan.graph.ops import CommAxis, CommKind, Op
 from paraplan.graph.partition import PipelineSplit, VirtualStage, chunks_per_rank, pipeline_split, split_stages
 from paraplan.memory.activations import FULL_INNER, OFFLOAD, LayerModes, layer_modes
@@ -105,6 +108,29 @@ def block_memory_of(kind: str, model: ModelSpec, shard: L.Shard, recompute: str)
 
 
 @lru_cache(maxsize=_BLOCK_CACHE_SIZE)
+def quantized_weight_elements(kind: str, model: ModelSpec, shard: L.Shard) -> float:
+    """Weight elements on this GPU of one block's low-precision GEMMs (a forward GEMM with a weight, k x n each):
+    what the recipe's weight casts read (`cost.compute.weight_quantize_s`)."""
+    return float(
+        sum(
+            op.gemm.k * op.gemm.n * op.gemm.count
+            for op in block_ops_of(kind, model, shard).forward
+            if op.gemm is not None and op.precision in LOW_PRECISIONS and not is_weightless_gemm(op)
+        )
+    )
+
+
+def _weight_casts_s(total: _StageSums, train: TrainingSpec, system: SystemSpec, cal: Calibration) -> float:
+    """A micro-batch's share of the stage's weight casts: megatron-core casts once per step and Transformer Engine
+    keeps the casts for the step's other micro-batches (`cost.quantize.WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS`);
+    other frameworks cast in every forward."""
+    once = weight_quantize_s(train.precision, total.quantized_weights, system.gpu, cal)
+    if train.framework in WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS:
+        return once / train.num_microbatches
+    return once
+
+
+@lru_cache(maxsize=_BLOCK_CACHE_SIZE)
 def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, ctx: BlockContext) -> BlockCost:
     memory = block_memory_of(kind, model, shard, recompute)
     layer_kind = K.layer_kind(kind)
@@ -170,8 +196,23 @@ def _add(into: dict[str, float], other: dict[str, float], times: float = 1.0) ->
         into[k] = into.get(k, 0.0) + v * times
 
 
-Parts = tuple[tuple[str, str, int], ...]
-"""(block kind, recompute mode, count) of one model stage."""
+Parts = tuple[tuple[str, str, int, bool], ...]
+"""(block kind, recompute mode, count, bf16) of one model stage; `bf16`: decoder layers of a low-precision run whose
+linears run in BF16 (`TrainingSpec.first_last_layers_bf16`)."""
+
+
+def is_bf16_layer(layer: int, num_layers: int, bf16_edge_layers: tuple[int, int]) -> bool:
+    """Whether decoder layer `layer` (0-based, over the whole model) runs its linears in BF16: one of the first
+    or last layers `TrainingSpec.bf16_edge_layers` names (megatron-core fp8_utils `is_first_last_bf16_layer`,
+    on the global layer number, so the pipeline rank does not enter)."""
+    start, end = bf16_edge_layers
+    return layer < start or layer >= num_layers - end
+
+
+def part_shard(shard: L.Shard, bf16: bool) -> L.Shard:
+    """The shard a stage part's operators are built under: its GEMMs in BF16 for a BF16 layer of a low-precision
+    run (activations stay 16-bit either way, so memory is the same)."""
+    return replace(shard, precision="bf16") if bf16 and shard.precision != "bf16" else shard
 
 
 @lru_cache(maxsize=4096)
@@ -184,25 +225,28 @@ def _stage_parts(
     mode: str,
     recompute_layers: int | None,
     per_layer: LayerModes | None = None,
+    bf16_edge_layers: tuple[int, int] = (0, 0),
 ) -> Parts:
     """The blocks of one model stage: decoder layers first in order of appearance, then the stage's edge blocks
-    in registration order (`graph.kinds`). `per_layer`: the production knobs' layer modes (`layer_modes`)."""
-    layer_counts: dict[tuple[str, str], int] = {}
+    in registration order (`graph.kinds`). `per_layer`: the production knobs' layer modes (`layer_modes`);
+    `bf16_edge_layers`: `TrainingSpec.bf16_edge_layers`."""
+    layer_counts: dict[tuple[str, str, bool], int] = {}
     kind_names = K.decoder_kind_names(model)
     for i in range(num_layers):
         recompute = "none" if mode == "full" and recompute_layers is not None and i >= recompute_layers else mode
         if per_layer is not None:
             recompute = per_layer.mode_of(recompute, first_layer + i, i)
-        key = (kind_names[first_layer + i], recompute)
+        bf16 = is_bf16_layer(first_layer + i, model.num_layers, bf16_edge_layers)
+        key = (kind_names[first_layer + i], recompute, bf16)
         layer_counts[key] = layer_counts.get(key, 0) + 1
-    parts = [(kind, m, n) for (kind, m), n in layer_counts.items()]
+    parts = [(kind, m, n, bf16) for (kind, m, bf16), n in layer_counts.items()]
     edges = (K.edge_kinds(K.Placement.FIRST) if has_embedding else ()) + (
         K.edge_kinds(K.Placement.LAST) if has_head else ()
     )
     for edge in edges:  # the embedding, the head and the MTP modules, after the layers
         count = edge.count(model) if edge.count is not None else 0
         if count:
-            parts.append((edge.name, "none", count))
+            parts.append((edge.name, "none", count, False))
     return tuple(parts)
 
 
@@ -213,18 +257,22 @@ def _layout_parts(
     mode: str,
     recompute_layers: int | None,
     per_layer: LayerModes | None = None,
+    bf16_edge_layers: tuple[int, int] = (0, 0),
 ) -> tuple[tuple[Parts, ...], tuple[tuple[Parts, int], ...]]:
     """The blocks of every model stage, in model order; and each distinct stage with how many stages it is."""
     kind_names = K.decoder_kind_names(model)
     same: dict[tuple, Parts] = {}  # stages alike but for where they start (without per-layer modes, all they hang on)
     stage_parts = []
     for s in split_stages(model, split):
-        key = (kind_names[s.first_layer : s.first_layer + s.num_layers], s.has_embedding, s.has_head)
+        layers = range(s.first_layer, s.first_layer + s.num_layers)
+        bf16 = tuple(is_bf16_layer(i, model.num_layers, bf16_edge_layers) for i in layers)
+        key = (kind_names[s.first_layer : s.first_layer + s.num_layers], bf16, s.has_embedding, s.has_head)
         parts = same.get(key) if per_layer is None else None
         if parts is None:
             parts = _stage_parts(
-                model, s.first_layer, s.num_layers, s.has_embedding, s.has_head, mode, recompute_layers, per_layer
-            )
+                model, s.first_layer, s.num_layers, s.has_embedding, s.has_head, mode, recompute_layers, per_layer,
+                bf16_edge_layers,
+            )  # fmt: skip
             same[key] = parts
         stage_parts.append(parts)
     return tuple(stage_parts), tuple(Counter(stage_parts).items())
@@ -235,8 +283,8 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
     """Parameters and saved bytes of one model stage: its blocks' (`block_memory_of`) added up."""
     dense = expert = saved = max_layer = max_full_saved = loss_logits = edge = max_transient = 0.0
     run_heads = run_inner = 0  # Megatron's uniform method: the layers that keep a run's input, and the others
-    present = {kind for kind, _, _ in parts}
-    for kind, mode, count in parts:
+    present = {kind for kind, _, _, _ in parts}
+    for kind, mode, count, _ in parts:
         layer_kind = K.layer_kind(kind)
         memory = block_memory_of(kind, model, shard, mode)
         if not (model.tied_embeddings and layer_kind.tied_to in present):  # one shared table when both share a rank
@@ -296,6 +344,8 @@ class _StageSums:
     refetch_params: float = 0.0
     interference: float = 0.0
     comm_sources: dict[SourceKey, float] = field(default_factory=dict)
+    quantized_weights: float = 0.0
+    """Weight elements of the stage's low-precision GEMMs, cast for them apart from the ops (`_weight_casts_s`)."""
 
 
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)  # a tuner run meets a few thousand stages; each entry is small
@@ -313,9 +363,11 @@ def _stage_sums(
         dense_params=footprint.dense_params,
         expert_params=footprint.expert_params,
     )
-    for kind, mode, count in parts:
+    for kind, mode, count, bf16 in parts:
         layer_kind = K.layer_kind(kind)
-        cost = _cached_block(kind, model, shard, mode, ctx)
+        cost = _cached_block(kind, model, part_shard(shard, bf16), mode, ctx)
+        if not (measured and kind in measured):
+            total.quantized_weights += quantized_weight_elements(kind, model, part_shard(shard, bf16)) * count
         if measured and kind in measured:
             cost = with_measured_compute(cost, measured[kind])
             total.measured += (cost.forward_s + cost.backward_input_s + cost.backward_weight_s) * count
@@ -396,7 +448,10 @@ def _chunk_cost(
         slow_f = cal.overlap_interference * min(fsdp_gather, total.f)
         slow_b = cal.overlap_interference * min(fsdp_gather + refetch + fsdp_rs, total.b + total.w)
     chunk = ChunkCost(
-        forward_s=total.f + slow_f + _microbatch_overhead_s(train, cal) / chunks,
+        forward_s=total.f
+        + slow_f
+        + _microbatch_overhead_s(train, cal) / chunks
+        + _weight_casts_s(total, train, system, cal),
         backward_input_s=total.b + slow_b,
         backward_weight_s=total.w,
         comm_total_s=total.comm_total,
@@ -484,6 +539,7 @@ def stage_costs(
             mode,
             recompute_layers,
             per_layer,
+            train.bf16_edge_layers,
         )
         total = _stage_sums_of(parts, model, shard, ctx, options.measured_blocks)
         chunk, _, dense, expert = _chunk_cost(total, train, system, cal, groups, chunks, timer=options.profile)
@@ -533,7 +589,7 @@ def project_specs(
     layer_input_bytes = _layer_input_bytes(model, shard)
 
     sums: dict[Parts, _StageSums] = {}  # stages with the same layers cost the same
-    stage_parts, distinct = _layout_parts(model, pipeline_split(train), *layer_modes(train))
+    stage_parts, distinct = _layout_parts(model, pipeline_split(train), *layer_modes(train), train.bf16_edge_layers)
     flops_model = flops_hw = 0.0
     for parts, times in distinct:
         total = sums[parts] = _stage_sums_of(parts, model, shard, ctx, options.measured_blocks)

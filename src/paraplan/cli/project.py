@@ -121,6 +121,19 @@ def _projection_command(
     ep_overlap: Annotated[bool | None, Opt("--ep-overlap/--no-ep-overlap")] = None,
     moe_dispatcher: MoeDispatcherOpt = None,
     precision: Annotated[str | None, Opt("--precision", help="fp16 bf16 fp8 fp8_cs fp8_blockwise mxfp8 nvfp4")] = None,
+    first_last_layers_bf16: Annotated[
+        bool | None,
+        Opt(
+            "--first-last-layers-bf16/--no-first-last-layers-bf16",
+            help="FP8/NVFP4 runs: the first and last decoder layers' linears in BF16 (Megatron flag; default off)",
+        ),
+    ] = None,
+    num_layers_at_start_in_bf16: Annotated[
+        int | None, Opt("--num-layers-at-start-in-bf16", help="with --first-last-layers-bf16 (Megatron default 1)")
+    ] = None,
+    num_layers_at_end_in_bf16: Annotated[
+        int | None, Opt("--num-layers-at-end-in-bf16", help="with --first-last-layers-bf16 (Megatron default 1)")
+    ] = None,
     schedule: Annotated[str | None, Opt("--schedule", help=" ".join(SCHEDULES))] = None,
     attention_backend: Annotated[str | None, Opt("--attention-backend", help="flash | unfused")] = None,
     kernel_fusion: KernelFusionOpt = None,

@@ -10,6 +10,12 @@ from __future__ import annotations
 import math
 
 from paraplan.cost.calibration import Calibration
+from paraplan.cost.quantize import (
+    activation_quantize_bytes,
+    activation_quantize_kernels,
+    recipe_of,
+    weight_quantize_bytes,
+)
 from paraplan.graph.backward import is_weightless_gemm
 from paraplan.graph.ops import GemmShape, Op, OpKind, Phase
 from paraplan.specs.system import GpuSpec
@@ -51,9 +57,42 @@ def _wave_efficiency(shape: GemmShape, gpu: GpuSpec) -> float:
 
 
 def gemm_efficiency(shape: GemmShape, gpu: GpuSpec, precision: str, cal: Calibration) -> float:
+    # No published NVFP4 GEMM efficiency relative to its peak was found: FP4 GEMMs take the fitted FP8 one.
     base = cal.fp8_gemm_efficiency if precision in FP8 | FP4 else cal.gemm_efficiency
     k_factor = shape.k / (shape.k + _K_HALF)
     return base * _wave_efficiency(shape, gpu) * k_factor / (_K_REF / (_K_REF + _K_HALF))
+
+
+def any_layout_fp8(gpu: GpuSpec) -> bool:
+    """Whether the GPU's per-tensor FP8 GEMMs take any operand layout (Blackwell: TE's
+    `is_non_tn_fp8_gemm_supported`, compute capability >= 10.0), told by the FP4 tensor cores that came with
+    them; Hopper's are TN only."""
+    return gpu.fp4_tflops > 0
+
+
+def activation_quantize_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
+    """The quantisation kernels a low-precision GEMM op waits for (`cost.quantize`): the forward GEMM's input
+    (row-wise and, for the weight gradient, column-wise), the input-gradient GEMM's output gradient (both copies);
+    the weight-gradient GEMM reads the column-wise copies those made. Weights are cast apart from the ops
+    (`weight_quantize_s`)."""
+    recipe = recipe_of(op.precision)
+    shape = op.gemm
+    if recipe is None or shape is None or op.phase is Phase.BACKWARD_WEIGHT:
+        return 0.0
+    layout = any_layout_fp8(gpu)
+    nbytes = activation_quantize_bytes(recipe, shape.m * shape.k * shape.count, layout)
+    launches = activation_quantize_kernels(recipe, layout)
+    return nbytes / (gpu.hbm_bytes_per_s * cal.memory_efficiency) + launches * cal.kernel_launch_s
+
+
+def weight_quantize_s(precision: str, weight_elements: float, gpu: GpuSpec, cal: Calibration) -> float:
+    """One cast of `weight_elements` weights of low-precision GEMMs (`cost.quantize.weight_quantize_bytes`); 0 for
+    16-bit GEMMs."""
+    recipe = recipe_of(precision)
+    if recipe is None or weight_elements <= 0:
+        return 0.0
+    nbytes = weight_quantize_bytes(recipe, weight_elements, any_layout_fp8(gpu))
+    return nbytes / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
 
 
 def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
@@ -64,7 +103,9 @@ def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     eff = max(gemm_efficiency(shape, gpu, precision, cal), 0.02)
     if op.phase is not Phase.FORWARD and not is_weightless_gemm(op):
         eff = min(eff * WEIGHT_GEMM_BACKWARD_SPEEDUP, 0.98)
-    element_bytes = 1 if precision in FP8 else 4 if precision == "fp32" else 2
+    recipe = recipe_of(precision)
+    # operands as the GEMM reads them: quantised (data and block scales), or 16/32-bit
+    element_bytes = recipe.element_bytes if recipe is not None else 4 if precision == "fp32" else 2
     out_bytes = 4 if precision == "fp32" else 2
     io_bytes = (
         element_bytes * (shape.m * shape.k + shape.k * shape.n) * shape.count
@@ -72,13 +113,7 @@ def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     )
     compute_s = op.flops / (peak * eff)
     memory_s = io_bytes / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
-    cast_s = 0.0
-    if precision in FP8 | FP4:
-        # Transformer Engine quantises the 16-bit input (read 2 B, write 1 B, plus amax) in its own kernel
-        # before each FP8 GEMM; weights are cast once per step and cached.
-        cast_s = 3 * shape.m * shape.k * shape.count / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
-        cast_s += cal.kernel_launch_s
-    return max(compute_s, memory_s) + cast_s + cal.kernel_launch_s
+    return max(compute_s, memory_s) + activation_quantize_s(op, gpu, cal) + cal.kernel_launch_s
 
 
 # Flash attention's rate against head dim, relative to 128: (d / 128) ** 0.26 for the head dims kernels are
@@ -173,4 +208,12 @@ def compute_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     raise ValueError(f"not a compute operator: {op.name} ({op.kind})")
 
 
-__all__ = ["compute_time_s", "gemm_efficiency", "optimizer_time_s", "FP8"]
+__all__ = [
+    "FP8",
+    "activation_quantize_s",
+    "any_layout_fp8",
+    "compute_time_s",
+    "gemm_efficiency",
+    "optimizer_time_s",
+    "weight_quantize_s",
+]

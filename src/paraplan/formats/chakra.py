@@ -44,7 +44,7 @@ from paraplan.graph.backward import backward_ops
 from paraplan.graph.ops import CommAxis, CommKind, Op, OpKind, Phase
 from paraplan.graph.partition import chunks_per_rank, model_stage_ranks, virtual_stages
 from paraplan.memory.activations import FULL_INNER, layer_modes, recomputed_ops
-from paraplan.projection import group_placements
+from paraplan.projection import group_placements, is_bf16_layer, part_shard
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.schedule import SCHEDULES, Layout
 from paraplan.specs.schedule import schedule as schedule_named
@@ -298,7 +298,8 @@ def _stage_parts(model: ModelSpec, shard: L.Shard, train: TrainingSpec, stage) -
         parts += _edge_parts(model, shard, K.Placement.FIRST)
     for i in range(stage.num_layers):
         layer = stage.first_layer + i
-        ops = K.decoder_kind_of(model, layer).ops(model, shard)
+        bf16 = is_bf16_layer(layer, model.num_layers, train.bf16_edge_layers)  # `--first-last-layers-bf16`
+        ops = K.decoder_kind_of(model, layer).ops(model, part_shard(shard, bf16))
         parts.append((f"layer{layer}", _layer_recompute(train, i, layer), ops))
     if stage.has_head:
         parts += _edge_parts(model, shard, K.Placement.LAST)

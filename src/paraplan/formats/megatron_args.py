@@ -192,6 +192,9 @@ FP8_DETAIL_DESTS = (
     "num_layers_at_start_in_bf16",
     "num_layers_at_end_in_bf16",
 )
+BF16_LAYER_DESTS = ("first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
+"""FP8 detail flags that FP4 runs read too (megatron-core's FP4 context skips the BF16 layers as the FP8 one
+does)."""
 MLA_DETAIL_DESTS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 MOE_DETAIL_DESTS = (
     "moe_ffn_hidden_size",

@@ -22,7 +22,7 @@ from paraplan.formats.common import (
     model_from_fields,
     vocab_from_tokenizer,
 )
-from paraplan.formats.megatron_args import FP8_DETAIL_DESTS, MLA_DETAIL_DESTS, MOE_DETAIL_DESTS, Arg
+from paraplan.formats.megatron_args import BF16_LAYER_DESTS, FP8_DETAIL_DESTS, MLA_DETAIL_DESTS, MOE_DETAIL_DESTS, Arg
 from paraplan.formats.megatron_knobs import RECOMPUTE_LAYER_IDS_GAP, knob_fields, knob_values, split_names
 from paraplan.formats.megatron_layout import (
     format_layer_pattern,
@@ -96,7 +96,7 @@ def specs_from_megatron(
     if v.get("fp16") and v.get("bf16"):
         problems.add(f"{label('fp16')} and {label('bf16')} are both set: choose one")
     for dest in FP8_DETAIL_DESTS:
-        if has(dest) and not fp8:
+        if has(dest) and not fp8 and not (fp4 and dest in BF16_LAYER_DESTS):
             problems.add(f"{label(dest)} is set but FP8 is off: add {label('fp8')} (e4m3 or hybrid) or remove it")
     if has("fp4_recipe") and not fp4:
         problems.add(f"{label('fp4_recipe')} is set but FP4 is off: add {label('fp4')} e2m1 or remove it")
@@ -108,18 +108,14 @@ def specs_from_megatron(
         train["precision"] = "nvfp4"
     elif fp8:
         train["precision"] = FP8_RECIPE_TO_PRECISION[v.get("fp8_recipe", "delayed")]
-        if (
-            v.get("first_last_layers_bf16")
-            or v.get("num_layers_at_start_in_bf16")
-            or v.get("num_layers_at_end_in_bf16")
-        ):
-            problems.note("FP8 with the first/last layers in BF16 is projected as FP8 throughout")
     elif v.get("fp16"):
         train["precision"] = "fp16"
     elif v.get("bf16"):
         train["precision"] = "bf16"
     else:
         problems.note(f"neither {label('bf16')} nor {label('fp16')}: Megatron would train in fp32; projected as bf16")
+    if fp8 or fp4:
+        train.update(_bf16_layer_fields(v, problems, label))
     if v.get("optimizer", "adam") != "adam":
         problems.note(f"{label('optimizer')} {v['optimizer']}: paraplan counts Adam optimizer states")
     # ---- recompute
@@ -338,6 +334,22 @@ def specs_from_megatron(
 
 HYBRID_PATTERN_DESTS = ("hybrid_layer_pattern", "hybrid_override_pattern")
 MAMBA_DESTS = ("mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads")
+
+
+def _bf16_layer_fields(v: Mapping[str, Any], problems: Problems, label: Label) -> dict[str, Any]:
+    """`--first-last-layers-bf16` and its counts (megatron-core reads the counts only under the switch: fp8_utils
+    `is_first_last_bf16_layer`, used by the FP8 and the FP4 context of each layer)."""
+    out: dict[str, Any] = {}
+    counts = {dest: int(v[dest]) for dest in BF16_LAYER_DESTS[1:] if v.get(dest) is not None}
+    if v.get("first_last_layers_bf16"):
+        out["first_last_layers_bf16"] = True
+        out.update(counts)
+    elif counts:
+        problems.note(
+            f"{label('num_layers_at_start_in_bf16')} / {label('num_layers_at_end_in_bf16')} without "
+            f"{label('first_last_layers_bf16')}: every layer in the low precision"
+        )
+    return out
 
 
 def _hybrid_pattern(v: Mapping[str, Any], problems: Problems, label: Label) -> str | None:
@@ -753,6 +765,9 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
     elif train.precision == "nvfp4":
         out["fp4"] = "e2m1"
         out["fp4_recipe"] = "nvfp4"
+    if train.bf16_edge_layers != (0, 0):
+        out["first_last_layers_bf16"] = True
+        out["num_layers_at_start_in_bf16"], out["num_layers_at_end_in_bf16"] = train.bf16_edge_layers
     # ---- data parallel sharding and overlap
     if train.fsdp or train.zero_stage >= 3:
         out["use_torch_fsdp2"] = True

@@ -32,7 +32,7 @@ from paraplan.formats.common import (
     load_yaml_mapping,
     suggest,
 )
-from paraplan.formats.megatron_args import BY_DEST, FP8_DETAIL_DESTS, MOE_DETAIL_DESTS
+from paraplan.formats.megatron_args import BF16_LAYER_DESTS, BY_DEST, FP8_DETAIL_DESTS, MOE_DETAIL_DESTS
 from paraplan.formats.megatron_knobs import knob_values
 from paraplan.formats.megatron_layout import format_layer_pattern, format_pipeline_layout
 from paraplan.formats.megatron_map import (
@@ -192,7 +192,7 @@ def _target_name(value: Any) -> str:
 def _precision_from(value: Any, settings: _Settings, where: str) -> None:
     """A Bridge recipe name / NeMo 2 plugin string, or a mapping of precision fields."""
     if isinstance(value, Mapping):
-        settings.section(value, where, frozenset({"bf16", "fp16", "fp8", "fp8_recipe", "fp4", "fp4_recipe"}))
+        settings.section(value, where, PRECISION_KEYS | frozenset(BF16_LAYER_DESTS))
         precision = value.get("precision")
         if precision is not None:
             _precision_from(precision, settings, f"{where}.precision")
@@ -280,7 +280,7 @@ def _to_arguments(s: _Settings) -> tuple[dict[str, Any], str | None]:
     # A dump lists every field at its default: details of a feature that is off are not settings.
     off: list[str] = []
     if v.get("fp8") is None:
-        off += FP8_DETAIL_DESTS
+        off += [d for d in FP8_DETAIL_DESTS if v.get("fp4") is None or d not in BF16_LAYER_DESTS]
     if v.get("fp4") is None:
         off.append("fp4_recipe")
     if v.get("num_moe_experts") is None:
@@ -516,6 +516,9 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
             optimizer_knobs[dest] = getattr(train, dest)
     bucket_size = knobs.pop("ddp_bucket_size", None)
     m.update(knobs)
+    if train.bf16_edge_layers != (0, 0):  # megatron-core TransformerConfig fields (`--first-last-layers-bf16`)
+        m["first_last_layers_bf16"] = True
+        m["num_layers_at_start_in_bf16"], m["num_layers_at_end_in_bf16"] = train.bf16_edge_layers
     m["tp_comm_overlap"] = train.tp_comm_overlap
     m["cross_entropy_loss_fusion"] = train.cross_entropy_fusion
     if train.moe_ep_overlap:

@@ -127,7 +127,11 @@ def _gemm(
     count: int = 1,
     tags=frozenset(),
     expert: bool = False,
+    precision: str | None = None,
 ) -> Op:
+    """A linear's GEMM, in the shard's GEMM precision unless `precision` names another (the 16-bit GEMMs of a
+    low-precision run)."""
+    precision = precision or shard.gemm_precision
     return Op(
         name=name,
         kind=OpKind.GEMM,
@@ -136,11 +140,11 @@ def _gemm(
         bytes_moved=float(shard.act_bytes * (m * k + k * n + m * n) * count),
         gemm=GemmShape(m=m, n=n, k=k, count=count),
         saved_bytes=saved,
-        precision=shard.gemm_precision,
+        precision=precision,
         tags=tags,
         # grouped expert GEMMs are issued one per expert (TE GroupedLinear, cuBLAS loop); FP8 adds a
         # quantisation kernel per GEMM (Transformer Engine)
-        host_ops=count * (2 if shard.precision in FP8_PRECISIONS else 1),
+        host_ops=count * (2 if precision in FP8_PRECISIONS else 1),
         expert=expert,
     )
 
@@ -519,9 +523,14 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     tokens_per_expert = max(1, round(routed_pairs * shard.etp / local_experts))
     ffn_local = model.expert_ffn // shard.etp
     ops = [_norm("mlp_norm", model, shard)]
+    # the router's GEMM stays 16-bit in low-precision runs: megatron-core's TopKRouter runs a plain
+    # torch linear (`router_gating_linear`, in bf16 or `--moe-router-dtype`), outside Transformer Engine
     ops.append(
-        _gemm("router", own_tokens, model.num_experts, h, shard, saved=shard.act_bytes * own_tokens * h, tags=MOE)
-    )
+        _gemm(
+            "router", own_tokens, model.num_experts, h, shard, saved=shard.act_bytes * own_tokens * h, tags=MOE,
+            precision=shard.act_precision,
+        )
+    )  # fmt: skip
     # Megatron TopKRouter: fp32 softmax, top-k, load-balancing aux loss, z-loss, token histogram and the
     # device-to-host copy of the counts: about 20 small kernels.
     ops.append(_elementwise(shard, "router_topk", 4 * own_tokens * model.num_experts * 2, tags=MOE, host_ops=20))
@@ -601,7 +610,15 @@ def head_ops(model: ModelSpec, shard: Shard, vocab: int) -> list[Op]:
     h, tokens = model.hidden_size, shard.tokens
     v_local = vocab // shard.tp
     ops = [_norm("final_norm", model, shard), *_tp_enter("tp_ag_head", shard, h)]
-    ops.append(_gemm("lm_head", tokens, v_local, h, shard, saved=shard.act_bytes * tokens * h / shard.sp_div))
+    # The LM head stays 16-bit in low-precision runs: megatron-core's output layer is its own ColumnParallelLinear,
+    # not a Transformer Engine module (no FP8/FP4 context reaches it); torchtitan converts every linear but the
+    # `output` one (its Float8 filter); the NVFP4 recipe keeps it in BF16 (arXiv:2509.25149, section 4).
+    ops.append(
+        _gemm(
+            "lm_head", tokens, v_local, h, shard, saved=shard.act_bytes * tokens * h / shard.sp_div,
+            precision=shard.act_precision,
+        )
+    )  # fmt: skip
     logits = tokens * v_local
     forward, backward = cross_entropy_bytes(shard.fused_loss, shard.act_bytes)
     ops.append(

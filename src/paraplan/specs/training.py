@@ -21,6 +21,8 @@ Dispatcher = Literal["alltoall", "flex"]
 
 PRECISIONS = ("fp16", "bf16", "fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
 """Mixed-precision training: 16-bit activations, GEMMs in the named precision (what the tuner searches)."""
+LOW_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
+"""The precisions whose GEMMs run quantised (FP8 and FP4 recipes, `paraplan.cost.quantize`)."""
 TRAINING_PRECISIONS = (*PRECISIONS, "fp32")
 """Every precision a projection accepts: also plain fp32 training (fp32 weights, gradients, Adam states and
 activations; CPU reference runs, `paraplan.measure.e2e`). fp32 math is costed on the GpuSpec's `fp16_tflops`
@@ -150,6 +152,16 @@ class TrainingSpec:
     experts, and across nodes once to each node, which forwards it over NVLink (DeepEP's internode kernels)."""
     precision: str = "bf16"
     """One of TRAINING_PRECISIONS."""
+    first_last_layers_bf16: bool = False
+    """Megatron `--first-last-layers-bf16` (megatron-core TransformerConfig, off by default): in an FP8 or NVFP4 run
+    the first `num_layers_at_start_in_bf16` and the last `num_layers_at_end_in_bf16` decoder layers run their
+    linears in BF16 (megatron-core fp8_utils `is_first_last_bf16_layer`, read by the FP8 and FP4 contexts of each
+    layer). The NVFP4 paper keeps about 15% of the layers in BF16 (arXiv:2509.25149, section 4); which layers a
+    recipe keeps is the run's flag, not a recipe default."""
+    num_layers_at_start_in_bf16: int = 1
+    """Megatron `--num-layers-at-start-in-bf16` (default 1): with `first_last_layers_bf16`."""
+    num_layers_at_end_in_bf16: int = 1
+    """Megatron `--num-layers-at-end-in-bf16` (default 1): with `first_last_layers_bf16`."""
     attention_backend: Literal["flash", "unfused"] = "flash"
     """Fused flash attention (saves only Q, K, V, O and the log-sum-exp) or Megatron's unfused core
     attention (saves the softmax and dropout outputs: the 5*a*s^2*b term of Korthikanti et al.)."""
@@ -251,6 +263,14 @@ class TrainingSpec:
     @property
     def num_microbatches(self) -> int:
         return max(1, self.gbs // (self.mbs * self.dp))
+
+    @property
+    def bf16_edge_layers(self) -> tuple[int, int]:
+        """(first, last) decoder layers whose linears run in BF16 in a low-precision run (`first_last_layers_bf16`);
+        (0, 0) when none do."""
+        if not self.first_last_layers_bf16 or self.precision not in LOW_PRECISIONS:
+            return (0, 0)
+        return (self.num_layers_at_start_in_bf16, self.num_layers_at_end_in_bf16)
 
     @property
     def grad_reduce_bytes(self) -> int:

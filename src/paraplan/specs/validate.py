@@ -150,6 +150,7 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"precision {train.precision} is not supported by {system.gpu.name} (no tensor-core peak for it)")
     elif train.precision in ("mxfp8", "nvfp4") and system.gpu.fp4_tflops <= 0:
         p.append(f"precision {train.precision} needs a Blackwell-class GPU (got {system.gpu.name})")
+    p += _bf16_layer_problems(model, train)
     p += setting_problems(train)
     schedule_problems = validate_schedule(schedule, pp, vpp, m)  # the schedules' own rules
     p += schedule_problems
@@ -203,6 +204,22 @@ def layout_problems(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         p.append(f"MoE with tp {tp} > 1 and ep {ep} > 1 needs sequence parallelism (Megatron rule)")
     if train.recompute_num_layers is not None and train.recompute_granularity != "full":
         p.append("recompute_num_layers needs recompute full")
+    return p
+
+
+def _bf16_layer_problems(model: ModelSpec, train: TrainingSpec) -> list[str]:
+    """`first_last_layers_bf16`'s counts: whole layers, no more than the model has."""
+    start, end = train.num_layers_at_start_in_bf16, train.num_layers_at_end_in_bf16
+    p = [
+        f"{name} must be >= 0 (got {value})"
+        for name, value in (("num_layers_at_start_in_bf16", start), ("num_layers_at_end_in_bf16", end))
+        if value < 0
+    ]
+    if train.first_last_layers_bf16 and not p and start + end > model.num_layers:
+        p.append(
+            f"first_last_layers_bf16: num_layers_at_start_in_bf16 + num_layers_at_end_in_bf16 = {start} + {end} = "
+            f"{start + end} exceeds the model's {model.num_layers} decoder layers"
+        )
     return p
 
 
