@@ -4,10 +4,11 @@ import dataclasses
 
 import numpy as np
 import pytest
+from schedule_cases import schedule_cases
 
 from paraplan.sim import loops_jit, plan_jit
 from paraplan.sim import plan as P
-from paraplan.specs.schedule import SCHEDULES, validate_schedule
+from paraplan.specs.schedule import SCHEDULES
 
 pytest.importorskip("numba", reason="numba is not installed (the 'fast' extra)")
 
@@ -18,15 +19,7 @@ SHAPES = [
 
 
 def cases() -> list[tuple[str, int, int, int]]:
-    out = []
-    for schedule in SCHEDULES:
-        for pp, vpp, m in SHAPES:
-            v = vpp if schedule == "interleaved" else 1
-            if schedule in ("dualpipe", "dualpipev") and m % 2:
-                m += 1
-            if not validate_schedule(schedule, pp, v, m):
-                out.append((schedule, pp, v, m))
-    return out
+    return schedule_cases(SHAPES)
 
 
 def assert_same(a, b) -> None:

@@ -5,10 +5,11 @@ import random
 import numpy as np
 import pytest
 from random_costs import random_pipeline
+from schedule_cases import schedule_cases
 
 from paraplan.sim.engine import fast_timeline, plan_for, simulate
 from paraplan.sim.tables import build_tables
-from paraplan.specs.schedule import SCHEDULES, validate_schedule
+from paraplan.specs.schedule import SCHEDULES
 
 pytest.importorskip("numba", reason="numba is not installed (the 'fast' extra)")
 
@@ -16,15 +17,7 @@ SHAPES = [(1, 1, 4), (2, 1, 4), (2, 2, 8), (3, 1, 7), (4, 1, 8), (4, 2, 16), (4,
 
 
 def cases() -> list[tuple[str, int, int, int]]:
-    out = []
-    for schedule in SCHEDULES:
-        for pp, vpp, m in SHAPES:
-            v = vpp if schedule == "interleaved" else 1
-            if schedule in ("dualpipe", "dualpipev") and m % 2:
-                m += 1
-            if not validate_schedule(schedule, pp, v, m):
-                out.append((schedule, pp, v, m))
-    return out
+    return schedule_cases(SHAPES)
 
 
 def bits(values) -> np.ndarray:

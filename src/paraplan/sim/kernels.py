@@ -147,6 +147,16 @@ def inflight(kind, chunk, rank, pp, n_chunks, peak_filter_rows):  # pragma: no c
 
 
 @numba.njit(cache=True, nogil=True)
+def filled_slots(dep_slots, task, width):  # pragma: no cover
+    """The dependency slots of `task` in use (its first `width` columns)."""
+    used = 0
+    for c in range(width):
+        if dep_slots[task, c] > 0:
+            used += 1
+    return used
+
+
+@numba.njit(cache=True, nogil=True)
 def build(kind, chunk, mb, lengths, up, down, m, n_chunks, n_kinds, peak_filter_rows):  # pragma: no cover
     pp = lengths.shape[0]
     n = kind.shape[0]
@@ -232,13 +242,8 @@ def build(kind, chunk, mb, lengths, up, down, m, n_chunks, n_kinds, peak_filter_
     grow = False
     for s in range(pp * n_chunks):
         task = first_forward[s]
-        if task != 0:
-            after = 0
-            for c in range(width):
-                if dep_slots[task, c] > 0:
-                    after += 1
-            if after >= width:
-                grow = True
+        if task != 0 and filled_slots(dep_slots, task, width) >= width:
+            grow = True
     if grow or width < 2:
         wider = np.zeros((n + 1, max(width + 1 if grow else width, 2)), dtype=np.int64)
         wider[:, :width] = dep_slots[:, :width]
@@ -246,11 +251,7 @@ def build(kind, chunk, mb, lengths, up, down, m, n_chunks, n_kinds, peak_filter_
     for s in range(pp * n_chunks):
         task = first_forward[s]
         if task != 0:
-            after = 0
-            for c in range(width):
-                if dep_slots[task, c] > 0:
-                    after += 1
-            dep_slots[task, after] = release_base + s
+            dep_slots[task, filled_slots(dep_slots, task, width)] = release_base + s
     # 4. cost keys: (rank, chunk, kind)
     n_keys = pp * n_chunks * n_kinds
     cost_key = np.zeros(n + 1, dtype=np.int64)
