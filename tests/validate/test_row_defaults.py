@@ -7,6 +7,9 @@ from __future__ import annotations
 import re
 from datetime import date
 
+import pytest
+
+from paraplan.errors import ConfigError
 from paraplan.validate.measured import read_rows, release_date, run_from_row
 from paraplan.validate.report import validate_rows
 
@@ -14,6 +17,7 @@ from paraplan.validate.report import validate_rows
 # or its layout breaks a rule the framework itself enforces, named with its numbers.
 ACCEPTED_SKIPS = (
     re.compile(r"missing (?:num_layers|hidden|num_heads)\b"),  # unknown model shape
+    re.compile(r"needs a model preset .* no preset matches"),  # a shape the columns cannot state, and no preset has
     re.compile(r"must divide .* \(Megatron expert grid\)"),  # a refused layout, with its rule
 )
 
@@ -132,3 +136,17 @@ def test_project_takes_the_defaults_of_a_named_release_and_maps_an_unknown_frame
     primus = runner.invoke(app, [*base, "--framework", "primus"])
     assert primus.exit_code == 0, primus.output
     assert "projected as megatron-lm" in " ".join(primus.output.split())
+
+
+def test_a_row_whose_architecture_the_columns_cannot_state_takes_the_preset_of_its_shape(public_csv) -> None:
+    """GPT-OSS rows state 64 heads over a hidden of 2,880: built from the columns, the heads would be 45 wide and the
+    attention as wide as the hidden; the one preset whose shape matches (64 x 64, sliding windows, sinks) is taken,
+    and recorded. A shape no preset has is refused with the architecture named, never projected from columns."""
+    gpt_oss = next(r for r in read_rows(public_csv) if r["arch"] == "gpt-oss")
+    run = run_from_row({**gpt_oss, "model_preset": ""})
+    assert run.model.name == "gpt-oss-120b" and run.model.kv_channels == 64 and run.model.window_size == 127
+    assert any(d.key == "model preset" and "matches" in d.why for d in run.defaults_used)
+    with pytest.raises(ConfigError, match="architecture 'gpt-oss' needs a model preset .* no preset matches"):
+        run_from_row({**gpt_oss, "model_preset": "", "num_layers": "37"})
+    llama = next(r for r in read_rows(public_csv) if r["arch"] == "llama" and not r["model_preset"].strip())
+    assert not any(d.key == "model preset" for d in run_from_row(llama).defaults_used)  # the columns state it

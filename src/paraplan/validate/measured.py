@@ -3,7 +3,8 @@
 Where a row leaves a setting empty, the named framework's default of the row's era applies
 (`paraplan.specs.frameworks`: each default with its release range and source); every row records which defaults it
 used. A framework name outside paraplan's list takes its family's (with a recorded warning); a GPT row without an FFN
-size or KV heads takes the architecture's (4h, MHA), a row without a precision bf16.
+size or KV heads takes the architecture's (4h, MHA), a row without a precision bf16. A row without a preset whose
+architecture the columns cannot state (MLA, GPT-OSS) takes the one preset its shape columns match.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from paraplan.errors import ConfigError
 from paraplan.specs.frameworks import defaults_on, eras_of, framework_family, resolve_rule
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.presets import model_preset, system_preset, variant_on
+from paraplan.specs.presets import model_names, model_preset, system_preset, variant_on
 from paraplan.specs.schedule import megatron_schedule
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
@@ -127,13 +128,54 @@ def _megatron_test_preset(row: dict[str, str]) -> str:
     return preset
 
 
-def _model_from_row(row: dict[str, str]) -> ModelSpec:
+# The row columns that state a model's shape, and the ModelSpec fields they are (`ffn_hidden` is an MoE model's expert
+# FFN when its dense FFN differs: either matches)
+_PRESET_SHAPE_COLUMNS = {
+    "num_layers": ("num_layers",), "hidden": ("hidden_size",), "ffn_hidden": ("ffn_hidden_size", "moe_ffn_hidden_size"),
+    "num_heads": ("num_attention_heads",), "num_kv_heads": ("num_query_groups",), "vocab": ("vocab_size",),
+    "num_experts": ("num_experts",), "topk": ("moe_router_topk",),
+}  # fmt: skip
+# Architectures whose shape the columns can state whole (a ModelSpec built from them): the GPT block, llm-foundry's
+# MPT and a Llama-style block with attention width = hidden. Others (MLA, GPT-OSS's attention 64 x 64 over a hidden of
+# 2,880 with sliding windows and sinks, Qwen3's head dim 128) need their preset.
+COLUMN_ARCHS = ("gpt", "other", "mpt", "llama")
+
+
+def _matches_shape(row: dict[str, str], model: ModelSpec) -> bool:
+    for column, fields in _PRESET_SHAPE_COLUMNS.items():
+        stated = _int(row, column)
+        if stated is not None and all(getattr(model, name) != stated for name in fields):
+            return False
+    return True
+
+
+def _shape_preset(row: dict[str, str]) -> tuple[str, list[Assumption]]:
+    """The preset of a row without one whose architecture the columns cannot state: the one preset whose shape agrees
+    with every shape column the row states. None or several: a ConfigError naming the architecture."""
+    arch = (row.get("arch") or "").strip().lower()
+    if arch in COLUMN_ARCHS:
+        return "", []
+    matches = [name for name in model_names() if _matches_shape(row, model_preset(name))]
+    if len(matches) != 1:
+        found = f"presets {', '.join(matches)} all match" if matches else "no preset matches"
+        raise ConfigError(
+            f"row {row.get('id', '?')}: architecture '{arch}' needs a model preset (the columns cannot state its "
+            f"shape) and {found} its columns ({', '.join(c for c in _PRESET_SHAPE_COLUMNS if _int(row, c))})"
+        )
+    why = f"the only preset whose shape matches the row's columns (architecture '{arch}')"
+    return matches[0], [Assumption("model preset", matches[0], why)]
+
+
+def _model_from_row(row: dict[str, str]) -> tuple[ModelSpec, list[Assumption]]:
+    used: list[Assumption] = []
     preset = (row.get("model_preset") or "").strip() or _megatron_test_preset(row)
+    if not preset:
+        preset, used = _shape_preset(row)
     if preset:
         model = model_preset(preset)
         if model.mtp_num_layers and "w/o mtp" in row["model"].lower():  # "DeepSeekV3 (w/o MTP)": trained without
             model = model.with_overrides(mtp_num_layers=0)
-        return model
+        return model, used
     arch = row["arch"].strip().lower()
     hidden = _int(row, "hidden")
     heads = _int(row, "num_heads")
@@ -154,10 +196,10 @@ def _model_from_row(row: dict[str, str]) -> ModelSpec:
     if arch in ("gpt", "other"):
         return ModelSpec(
             activation="gelu", norm="layernorm", position="learned", attention_bias=True, dropout=True, **common
-        )
+        ), used
     if arch == "mpt":  # llm-foundry MPT: ALiBi, GELU MLP (expansion 4), LayerNorm, no biases, no dropout
-        return ModelSpec(activation="gelu", norm="layernorm", position="alibi", **common)
-    return ModelSpec(**common)
+        return ModelSpec(activation="gelu", norm="layernorm", position="alibi", **common), used
+    return ModelSpec(**common), used
 
 
 # Megatron-Bridge's DeepSeek-V3 layouts, by number of model chunks (pp x vpp): decoder layers per chunk, the
@@ -311,7 +353,8 @@ def run_from_row(row: dict[str, str], framework_version: date | None = None) -> 
     used.extend(shape_used)
     if incomplete:
         used.append(Assumption("projected although the source marks the row incomplete"))
-    model = _model_from_row(row)
+    model, model_used = _model_from_row(row)
+    used.extend(model_used)
     num_gpus = _int(row, "num_gpus")
     gpu, gpu_used = _gpu_preset(row)
     used.extend(gpu_used)
