@@ -161,6 +161,29 @@ def representative_gpu(family: str) -> str:
 NEIGHBOUR_FAMILY = {"blackwell_ultra": "blackwell", "blackwell": "hopper", "hopper": "blackwell"}
 
 
+# The efficiencies a neighbour's fit carries over as its ratio to the neighbour's own defaults (what the software
+# stack loses against the kernel microbenchmarks each default quotes): a family's own datasheet and microbenchmark
+# figures stay its scale. The rest (chip spread, overlap interference, NVLink efficiency) carry over as they are.
+_RELATIVE_CONSTANTS = (
+    "gemm_efficiency",
+    "fp8_gemm_efficiency",
+    "attention_efficiency",
+    "attention_backward_efficiency",
+)
+
+
+def _gpu_defaults(gpu: str) -> Calibration:
+    return Calibration().with_values(**_GPU_DEFAULTS.get(gpu, {}))
+
+
+def _carried_over(fitted: dict[str, Any], own: Calibration, neighbour: Calibration) -> dict[str, Any]:
+    """A neighbour family's fitted constants for a family the fit has not seen (`NEIGHBOUR_FAMILY`)."""
+    return {
+        name: value * getattr(own, name) / getattr(neighbour, name) if name in _RELATIVE_CONSTANTS else value
+        for name, value in fitted.items()
+    }
+
+
 def family_of(gpu: str) -> str:
     for family, prefixes in FAMILIES.items():
         if gpu.startswith(prefixes):
@@ -180,17 +203,20 @@ def fitted_table() -> dict[str, Any]:
 
 def calibration_for(gpu: str, framework: str = "", table: dict[str, Any] | None = None) -> Calibration:
     """Defaults, then per-GPU defaults, then the fitted table's family, GPU and framework sections."""
-    cal = Calibration().with_values(**_GPU_DEFAULTS.get(gpu, {}))
+    cal = _gpu_defaults(gpu)
     fitted = fitted_table() if table is None else table
     values: dict[str, Any] = {}
     values.update(fitted.get("all", {}) or {})
     families = fitted.get("family", {}) or {}
-    family = family_of(gpu)
+    own = family = family_of(gpu)
     seen = {family}
     while family not in families and NEIGHBOUR_FAMILY.get(family) not in (None, *seen):
         family = NEIGHBOUR_FAMILY[family]
         seen.add(family)
-    values.update(families.get(family, {}) or {})
+    borrowed = families.get(family, {}) or {}
+    if family != own and borrowed:
+        borrowed = _carried_over(borrowed, cal, _gpu_defaults(representative_gpu(family)))
+    values.update(borrowed)
     values.update((fitted.get("gpu", {}) or {}).get(gpu, {}) or {})
     values.update((fitted.get("framework", {}) or {}).get(framework, {}) or {})
     if values:
