@@ -267,3 +267,22 @@ def test_every_shipped_constant_is_a_searched_one_inside_its_physical_range() ->
         assert lo <= value <= hi, (key, name, value, lo, hi)
     assert not {key for scope, key, _, _ in fitted if scope == "family"} & {"cdna3", "cdna4"}
     assert len(fitted) <= 30  # the count the closing note reports; a new fitted constant is a decision to state
+
+
+def test_torch_native_trainers_run_flash_attention_2_kernels_on_hopper() -> None:
+    """FlashAttention-3 (cuDNN's fused attention alike) runs 1.5-2.0x (forward) and 1.5-1.75x (backward) faster than
+    FlashAttention-2 on H100: trainers on FlashAttention-2 get the Hopper efficiencies divided by the ranges' middles;
+    on A100 both run FlashAttention-2."""
+    from paraplan.cost.calibration import FA2_FRAMEWORKS
+
+    table = {"family": {"hopper": {"attention_efficiency": 0.54, "attention_backward_efficiency": 0.36}}}
+    megatron = calibration_for("h100-sxm5-80gb", "nemo-megatron", table=table)
+    assert (megatron.attention_efficiency, megatron.attention_backward_efficiency) == (0.54, 0.36)
+    for framework in ("llm-foundry", "torchtitan"):
+        assert framework in FA2_FRAMEWORKS
+        torch_native = calibration_for("h100-sxm5-80gb", framework, table=table)
+        assert torch_native.attention_efficiency == pytest.approx(0.54 / 3**0.5)
+        assert torch_native.attention_backward_efficiency == pytest.approx(0.36 / 2.625**0.5)
+    a100 = {"family": {"ampere": {"attention_efficiency": 0.75}}}
+    assert calibration_for("a100-sxm4-80gb", "llm-foundry", table=a100).attention_efficiency == 0.75
+    assert calibration_for("b200", "torchtitan", table=table).attention_efficiency == pytest.approx(0.54)

@@ -221,4 +221,31 @@ def calibration_for(gpu: str, framework: str = "", table: dict[str, Any] | None 
     values.update((fitted.get("framework", {}) or {}).get(framework, {}) or {})
     if values:
         cal = cal.with_values(**values, source=str(fitted.get("source", "fitted")))
-    return cal
+    return _with_attention_kernels(cal, gpu, framework)
+
+
+# The flash-attention kernels a framework runs. Megatron-core (Megatron-LM, NeMo / Megatron-Bridge) runs Transformer
+# Engine's DotProductAttention, which takes cuDNN's fused attention or FlashAttention-3 on Hopper: the Hopper attention
+# efficiencies above are theirs (fitted on NeMo and Megatron-Bridge rows). Torch-native trainers run FlashAttention-2's
+# kernels: llm-foundry (`attn_impl: flash`) and Megatron-DeepSpeed (`--use-flash-attn-v2`) the flash-attn 2 package,
+# torchtitan and DeepSpeed's models PyTorch's `scaled_dot_product_attention`, whose flash backend is
+# FlashAttention-2 and comes first in its backend order (PyTorch 2.5.0 put cuDNN attention first on H100 and 2.5.1
+# took that back). On Ampere both are FlashAttention-2.
+FA2_FRAMEWORKS = frozenset({"llm-foundry", "torchtitan", "deepspeed", "megatron-deepspeed"})
+# FlashAttention-2 does not use Hopper's TMA and warpgroup MMA: FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608:
+# abstract and section 4.1, H100 SXM5, BF16) runs the forward 1.5-2.0x and the backward 1.5-1.75x faster. The
+# geometric middles of those ranges divide the Hopper efficiencies for FlashAttention-2's kernels. Not applied on
+# Blackwell: no published FlashAttention-2 against cuDNN / FlashAttention-4 figure on sm100 was found.
+FA2_ON_HOPPER_SLOWDOWN = ((1.5 * 2.0) ** 0.5, (1.5 * 1.75) ** 0.5)  # (forward, backward)
+
+
+def _with_attention_kernels(cal: Calibration, gpu: str, framework: str) -> Calibration:
+    """`cal` with the attention efficiencies of the kernels `framework` runs on `gpu` (`FA2_FRAMEWORKS`)."""
+    if framework not in FA2_FRAMEWORKS or family_of(gpu) != "hopper":
+        return cal
+    forward, backward = FA2_ON_HOPPER_SLOWDOWN
+    return replace(
+        cal,
+        attention_efficiency=cal.attention_efficiency / forward,
+        attention_backward_efficiency=cal.attention_backward_efficiency / backward,
+    )
