@@ -6,7 +6,7 @@ backward (W), and keeps communication apart: its total and the part left on the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -19,6 +19,7 @@ from paraplan.graph.backward import TP_INPUT_GRAD, TP_REGATHER, backward_ops, is
 from paraplan.graph.ops import CommAxis, Op, OpKind, Phase
 from paraplan.memory.activations import OFFLOAD, recomputed_ops
 from paraplan.memory.blocks import BlockMemory, block_memory, weight_params
+from paraplan.memory.zero3 import ZERO3_MAX_REUSE_DISTANCE_PARAMS
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 
@@ -141,29 +142,11 @@ def runahead_s(cost: BlockCost, count: int) -> float:
     return saved * max(0, count - 1)
 
 
-# DeepSpeed ZeRO-3 releases a parameter after its module's forward unless it is used again within
-# `stage3_max_reuse_distance` parameters (default 1e9; DeepSpeed ZeRO-3 configuration docs).
-ZERO3_MAX_REUSE_DISTANCE_PARAMS = 1e9
-# DeepSpeed ZeRO-3 gathers parameters module by module as its hooks fire, keeps at most
-# `stage3_max_live_parameters` (default 1e9) of them materialised and prefetches `stage3_prefetch_bucket_size`
-# (default 5e7) ahead (DeepSpeed ZeRO-3 configuration docs). A module larger than the limit is still gathered whole.
-ZERO3_MAX_LIVE_PARAMS = 1e9
-ZERO3_PREFETCH_PARAMS = 5e7
-
-
-def gathered_params(train: TrainingSpec, max_layer_params: float, layer_ops: Callable[[], Sequence[Op]]) -> float:
-    """Parameters a GPU holds gathered at once under FSDP/ZeRO-3 (0 when parameters are not sharded).
-
-    torch FSDP and Megatron-FSDP gather a wrapped unit, a transformer layer, and prefetch the next: two layers.
-    DeepSpeed ZeRO-3 gathers per module, up to its live-parameter limit or the largest module (`layer_ops`: the
-    forward ops of the decoder layers, built only for DeepSpeed)."""
-    if not train.shards_params:
-        return 0.0
-    two_layers = 2 * max_layer_params
-    if train.framework != "deepspeed":
-        return two_layers
-    largest_module = max((weight_params(op) for op in layer_ops()), default=0)
-    return min(two_layers, max(ZERO3_MAX_LIVE_PARAMS, largest_module) + ZERO3_PREFETCH_PARAMS)
+def gathered_params(train: TrainingSpec, max_layer_params: float) -> float:
+    """Parameters a GPU holds gathered at once under torch FSDP and Megatron-FSDP (0 when parameters are not
+    sharded): they gather a wrapped unit, a transformer layer, and prefetch the next: two layers. DeepSpeed ZeRO-3
+    gathers per module (`memory.zero3`)."""
+    return 2 * max_layer_params if train.shards_params else 0.0
 
 
 def refetched_params(redo: Sequence[Op], max_reuse_params: float = ZERO3_MAX_REUSE_DISTANCE_PARAMS) -> int:

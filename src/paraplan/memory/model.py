@@ -25,7 +25,9 @@ import numpy as np
 
 from paraplan.cost.block import gathered_params
 from paraplan.graph import kinds as K
+from paraplan.memory.blocks import weight_params
 from paraplan.memory.loss import loss_extra_bytes_per_logit
+from paraplan.memory.zero3 import kept_tail_params, live_params, zero3_state_bytes
 from paraplan.specs.training import DEEPSPEED_FRAMEWORKS, TrainingSpec
 
 if TYPE_CHECKING:
@@ -199,9 +201,12 @@ def state_bytes(
         optimizer_bytes = optimizer_state_bytes(train)
     on_gpu = 1.0 - train.offloaded_optimizer_fraction  # CPU offload: that share of the states lives on the host
     if train.shards_params:
-        # torch FSDP / ZeRO-3 mixed precision: fp32 sharded params and grads, Adam moments; bf16 gathered units.
-        # FSDP2's CPUOffloadPolicy (torchtitan `enable_cpu_offload`) keeps the sharded params and grads on the host too.
         shard = dense_params / dp + expert_params / expert_dp
+        if train.framework in DEEPSPEED_FRAMEWORKS:
+            return zero3_state_bytes(shard, gathered_params, weight_bytes, on_gpu)
+        # torch FSDP / Megatron-FSDP mixed precision: fp32 sharded params and grads, Adam moments; bf16 gathered units
+        # and their unsharded gradients (`fsdp_unsharded_grad_bytes`). FSDP2's CPUOffloadPolicy (torchtitan
+        # `enable_cpu_offload`) keeps the sharded params and grads on the host too.
         return {
             "weights": weight_bytes * gathered_params + 4 * shard * on_gpu,
             "gradients": 4 * shard * on_gpu + weight_bytes * gathered_params,
@@ -230,6 +235,17 @@ def zero2_unsharded_grad_params(train: TrainingSpec, max_layer_params: float) ->
     if train.zero_stage != 2 or train.shards_params or train.framework in DEEPSPEED_FRAMEWORKS:
         return 0.0
     return 2 * max_layer_params
+
+
+def fsdp_unsharded_grad_bytes(train: TrainingSpec, gathered_params: float) -> float:
+    """The unsharded 16-bit gradients of torch FSDP's / Megatron-FSDP's gathered units (`state_bytes`): autograd
+    writes a weight's gradient when the weight's own backward node runs (the LM head's after the loss's backward,
+    torch autograd engine), and FSDP reduce-scatters a unit's gradients in its post-backward hook, so none is live
+    while the loss's transient is: they belong to the backward's moment (`rank_memory`). 0 for DeepSpeed ZeRO-3,
+    whose gradient bucket is held for the run (`memory.zero3`), and without sharded parameters."""
+    if not train.shards_params or train.framework in DEEPSPEED_FRAMEWORKS:
+        return 0.0
+    return (FP32_WEIGHT_BYTES if train.precision == "fp32" else WEIGHT_BYTES) * gathered_params
 
 
 def keeps_stage_unsharded(train: TrainingSpec) -> bool:
@@ -334,15 +350,18 @@ def rank_memory(
     unsharded_bytes: float = 0.0,
     cached_logits_bytes: float = 0.0,
     backward_transient_bytes: float = 0.0,
+    backward_grad_bytes: float = 0.0,
 ) -> RankMemory:
-    """The parts of one GPU. A layer's backward (the saved tensors of the layer it recomputes, and the gradients in
-    flight, `memory.blocks.backward_transient_bytes`) and the loss's transient (`memory.loss`) are not live at once;
-    `loss_working_set` is what the loss needs beyond the layer's working sets, so the parts add up to the larger."""
+    """The parts of one GPU. A layer's backward (the saved tensors of the layer it recomputes, the activation gradients
+    in flight, `memory.blocks.backward_transient_bytes`, and the unsharded weight gradients that `backward_grad_bytes`
+    of `states["gradients"]` stand for) and the loss's transient (`memory.loss`) are not live at once;
+    `loss_working_set` is what the loss needs beyond the backward's working sets, so the parts add up to the larger."""
     parts = dict(states)
     parts["activations"] = activation_bytes
     parts["recompute_working_set"] = recompute_working_bytes
     parts["backward_working_set"] = backward_transient_bytes
-    parts["loss_working_set"] = max(0.0, loss_working_bytes - recompute_working_bytes - backward_transient_bytes)
+    backward_only = recompute_working_bytes + backward_transient_bytes + backward_grad_bytes
+    parts["loss_working_set"] = max(0.0, loss_working_bytes - backward_only)
     parts["unsharded_params_and_grads"] = unsharded_bytes
     parts["communication_buffers"] = comm_buffer_bytes
     parts["allocator_fragmentation"] = FRAGMENTATION * activation_bytes
@@ -387,6 +406,8 @@ class RankStates:
     kept_output_bytes: float
     unsharded_bytes: float
     cached_logits_bytes: float = 0.0
+    backward_grad_bytes: float = 0.0
+    """The part of `states["gradients"]` live only in the backward (`fsdp_unsharded_grad_bytes`)."""
 
 
 RankStatesCache = dict[tuple[float, ...], RankStates]
@@ -447,17 +468,44 @@ def pipeline_memory(
             )
         held = (rank.states, activations, max_full_saved, comm_buffers, rank.loss_working_bytes, unsharded)
         ranks.append(
-            rank_memory(r, *held, cached_logits_bytes=rank.cached_logits_bytes, backward_transient_bytes=max_transient)
-        )
+            rank_memory(
+                r, *held, cached_logits_bytes=rank.cached_logits_bytes, backward_transient_bytes=max_transient,
+                backward_grad_bytes=rank.backward_grad_bytes,
+            )
+        )  # fmt: skip
     return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)
 
 
 def _gathered_params(model: ModelSpec, shard: Shard, train: TrainingSpec, max_layer_params: float) -> float:
-    """Parameters gathered at once under FSDP/ZeRO-3 (`cost.block.gathered_params`), 0 when the whole stage is
-    gathered already (`unsharded_stage_bytes`)."""
-    if keeps_stage_unsharded(train):
+    """Parameters gathered at once under FSDP/ZeRO-3 (`cost.block.gathered_params`; DeepSpeed's, `zero3_live_params`),
+    0 when the whole stage is gathered already (`unsharded_stage_bytes`)."""
+    if keeps_stage_unsharded(train) or not train.shards_params:
         return 0.0
-    return gathered_params(train, max_layer_params, lambda: K.all_decoder_layer_ops(model, shard))
+    if train.framework in DEEPSPEED_FRAMEWORKS:
+        return zero3_live_params(model, shard)
+    return gathered_params(train, max_layer_params)
+
+
+def zero3_live_params(model: ModelSpec, shard: Shard) -> float:
+    """DeepSpeed ZeRO-3's gathered parameters at the loss (`memory.zero3.kept_tail_params`, `live_params`): the
+    modules with weights in forward order are the decoder layers' GEMMs, then the LM head (DeepSpeed refuses ZeRO-3
+    with pipeline stages: one rank holds them all)."""
+    by_kind: dict[str, list[int]] = {}
+
+    def weights(kind: K.LayerKind) -> list[int]:
+        if kind.name not in by_kind:
+            by_kind[kind.name] = [w for w in map(weight_params, kind.ops(model, shard)) if w]
+        return by_kind[kind.name]
+
+    head = weights(K.layer_kind("head"))
+
+    def last_first():
+        yield from reversed(head)
+        for layer in reversed(range(model.num_layers)):
+            yield from reversed(weights(K.decoder_kind_of(model, layer)))
+
+    largest = max((w for kind in K.decoder_kinds(model) for w in weights(kind)), default=0)
+    return live_params(kept_tail_params(last_first()), max(largest, *head, 0))
 
 
 def _rank_states(
@@ -477,6 +525,7 @@ def _rank_states(
     )
     return RankStates(
         states=states,
+        backward_grad_bytes=fsdp_unsharded_grad_bytes(train, rank_gathered),
         loss_working_bytes=loss_extra_bytes_per_logit(train) * logits,
         kept_output_bytes=kept_pipeline_output_bytes(train, logits),
         unsharded_bytes=unsharded_stage_bytes(dense, expert, train),
