@@ -150,3 +150,19 @@ def test_a_row_whose_architecture_the_columns_cannot_state_takes_the_preset_of_i
         run_from_row({**gpt_oss, "model_preset": "", "num_layers": "37"})
     llama = next(r for r in read_rows(public_csv) if r["arch"] == "llama" and not r["model_preset"].strip())
     assert not any(d.key == "model preset" for d in run_from_row(llama).defaults_used)  # the columns state it
+
+
+def test_a_row_its_notes_flag_is_projected_and_shown_but_never_scored(public_csv) -> None:
+    """public.csv's p1797 (Megatron-Bridge 26.02, H100 Qwen3-30B-A3B) carries "CAUTION: the 26.02.01 patch release
+    lists 9058 tokens/s/GPU for the identical configuration": it is projected, listed with its error and the flag's
+    words, and left out of every MAPE (and so of the fit)."""
+    from paraplan.validate.report import source_flag
+
+    rows = [r for r in read_rows(public_csv) if r["source"] == "MegatronBridge_perf_summary_26.02"]
+    flagged_ids = {r["id"] for r in rows if source_flag(r["notes"])}
+    report = validate_rows(rows)
+    assert {r.id for r, _ in report.flagged} == flagged_ids and flagged_ids
+    assert not flagged_ids & {r.id for r in report.rows}
+    assert all("26.02.01" in why for _, why in report.flagged)
+    assert report.per_source()["MegatronBridge_perf_summary_26.02"]["n"] == len(rows) - len(flagged_ids)
+    assert source_flag("cfg=x; CAUTION: a regression; see y") == "a regression" and source_flag("fine") == ""

@@ -19,9 +19,9 @@ runner = CliRunner()
 def test_every_complete_row_is_projected_or_listed(public_csv, public_report) -> None:
     rows = read_rows(public_csv)
     report = public_report
-    assert len(report.rows) + len(report.memory_rows) + len(report.skipped) == len(rows)
+    assert len(report.rows) + len(report.memory_rows) + len(report.skipped) + len(report.flagged) == len(rows)
     complete = [r["id"] for r in rows if r["complete"] == "1"]
-    projected = {r.id for r in report.rows} | {r.id for r in report.memory_rows}
+    projected = {r.id for r in report.rows} | {r.id for r in report.memory_rows} | {r.id for r, _ in report.flagged}
     skipped = dict(report.skipped)
     for row_id in complete:
         assert row_id in projected or skipped[row_id]

@@ -233,6 +233,7 @@ def markdown_table(result: ValidationReport, held_out: dict[str, float] | None =
             lines.append(f"| {name} | {stats['n']} | {stats['mape_pct']:.1f} | {stats['mean_error_pct']:+.1f} |")
     if result.skipped:
         lines.append(f"Rows not projected: {len(result.skipped)} (listed by `paraplan validate --rows`).")
+    lines += flagged_lines(result)
     return "\n".join(lines)
 
 
@@ -312,6 +313,17 @@ def _print(result: ValidationReport, show_rows: bool) -> None:
     if result.skipped:
         title = f"rows not projected ({len(result.skipped)})"
         print_whole_table(console, title, [("id", "name"), ("reason", "text")], list(result.skipped))
+    for line in flagged_lines(result):
+        console.print(line, highlight=False, markup=False)
+
+
+def flagged_lines(result: ValidationReport) -> list[str]:
+    """The rows whose notes flag the measurement (`validate.report.SOURCE_FLAG`): their error, outside every MAPE."""
+    return [
+        f"Flagged by its notes, scored apart (not in any MAPE): {row.id} ({row.source}) error {row.error_pct:+.1f}%: "
+        f"{flag}"
+        for row, flag in result.flagged
+    ]
 
 
 def era_lines(result: ValidationReport) -> list[str]:

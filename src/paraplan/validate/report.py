@@ -67,6 +67,9 @@ class ValidationReport:
     skipped: list[tuple[str, str]]  # every row not projected (time and memory), with the reason
     memory_rows: list[MemoryRow] = field(default_factory=list)  # measured peak memory, scored apart
     memory_skipped: list[tuple[str, str]] = field(default_factory=list)  # the memory rows among `skipped`
+    # rows their source's notes flag as a suspect measurement (`SOURCE_FLAG`): projected and shown with the flag's
+    # words, scored apart (never in the MAPE, the fit or the ranking)
+    flagged: list[tuple[RowResult, str]] = field(default_factory=list)
 
     def fitted_per_source(self) -> dict[str, dict[str, float]]:
         """`per_source` of the sources the calibration fits (`validate.sources.REPORT_ONLY_SOURCES` left out)."""
@@ -169,6 +172,7 @@ class ValidationReport:
                 for r in self.rows
             ],
             "skipped": [{"id": i, "reason": reason} for i, reason in self.skipped],
+            "flagged": [{"id": r.id, "error_pct": r.error_pct, "flag": why} for r, why in self.flagged],
             "per_source": self.per_source(),
             "mape_pct": self.mape_pct,
             "row_mape_pct": self.row_mape_pct,
@@ -326,6 +330,7 @@ def validate_rows(
     memory_rows: list[MemoryRow] = []
     skipped: list[tuple[str, str]] = []
     memory_skipped: list[tuple[str, str]] = []
+    flagged: list[tuple[RowResult, str]] = []
     chosen = [row for row in rows if not source or row.get("source") == source]
     for done, row in enumerate(chosen, 1):
         if progress is not None:
@@ -348,32 +353,47 @@ def validate_rows(
             continue
         predicted = proj.step_time_s if run.metric == "step_time_s" else proj.tokens_per_sec_per_gpu
         any_batch = replace(run.train, global_batch_size=0)
-        results.append(
-            RowResult(
-                id=run.id,
-                source=run.source,
-                metric=run.metric,
-                measured=run.value,
-                predicted=predicted,
-                group=run.group,
-                measured_step_s=step_time_of(run.metric, run.value, run),
-                predicted_step_s=proj.step_time_s,
-                attrs=_attributes(run, proj.memory),
-                global_batch=run.train.gbs,
-                assumed=run.defaults_used,
-                microbatches=run.train.num_microbatches,
-                cell=_cell_label(run),
-                cell_key=(run.source, run.model, run.system, any_batch),
-                depth_key=(
-                    run.source,
-                    replace(run.model, name="", num_layers=1),
-                    run.system,
-                    any_batch,
-                ),  # the model but its depth
-                depth_cell=_depth_label(run),
-                layers_per_rank=_busiest_rank_layers(run),
-            )
+        result = RowResult(
+            id=run.id,
+            source=run.source,
+            metric=run.metric,
+            measured=run.value,
+            predicted=predicted,
+            group=run.group,
+            measured_step_s=step_time_of(run.metric, run.value, run),
+            predicted_step_s=proj.step_time_s,
+            attrs=_attributes(run, proj.memory),
+            global_batch=run.train.gbs,
+            assumed=run.defaults_used,
+            microbatches=run.train.num_microbatches,
+            cell=_cell_label(run),
+            cell_key=(run.source, run.model, run.system, any_batch),
+            depth_key=(
+                run.source,
+                replace(run.model, name="", num_layers=1),
+                run.system,
+                any_batch,
+            ),  # the model but its depth
+            depth_cell=_depth_label(run),
+            layers_per_rank=_busiest_rank_layers(run),
         )
+        flag = source_flag(row.get("notes") or "")
+        if flag:
+            flagged.append((result, flag))
+        else:
+            results.append(result)
     if progress is not None:
         progress(len(chosen), len(chosen), "")
-    return ValidationReport(results, skipped, memory_rows, memory_skipped)
+    return ValidationReport(results, skipped, memory_rows, memory_skipped, flagged)
+
+
+# The word a row's notes use when its source (or whoever transcribed it) doubts the measurement (public.csv: "CAUTION:
+# the 26.02.01 patch release lists ... for the identical configuration; the 26.02 value looks like a since-fixed
+# regression"). Such a row is projected and shown, never scored: a constant fitted to it would encode the regression.
+SOURCE_FLAG = "CAUTION:"
+
+
+def source_flag(notes: str) -> str:
+    """The flag's words in a row's notes ("" when the notes raise none)."""
+    at = notes.find(SOURCE_FLAG)
+    return notes[at + len(SOURCE_FLAG) :].split(";")[0].strip() if at >= 0 else ""
