@@ -96,7 +96,13 @@ def test_calibrate_tells_its_progress_on_stderr(public_csv: Path, tmp_path: Path
     lines = progress_lines(result.stderr, "calibrate")
     assert lines and lines[-1].group(2) == lines[-1].group(3) and lines[0].group(4) == "block searches"
     assert "block searches" not in result.stdout
-    assert "family" in yaml.safe_load(out.read_text())
+    table = yaml.safe_load(out.read_text())
+    assert "family" in table
+    from paraplan.validate.calibrate import fitted_constants
+
+    counts = fitted_constants(table)  # Korthikanti's A100 rows: the Ampere family's constants, none per framework
+    assert counts["total"] == counts["family"] + counts["framework"] > 0
+    assert f"constants fitted: {counts['total']} ({counts['family']} per GPU family" in result.stdout
 
 
 @pytest.mark.slow

@@ -64,6 +64,7 @@ def calibrate(
             FORWARD_FROM,
             calibration_counter,
             fit,
+            fitted_constants,
             generalization_splits,
             leave_one_source_out,
             provenance_table,
@@ -107,6 +108,11 @@ def calibrate(
             title = f"held out by {split}: source-balanced MAPE {result.mape_pct:.1f}%"
             kinds: list[tuple[str, Kind]] = [("held-out group", "name"), ("MAPE %", "number")]
             print_whole_table(console, title, [*kinds, ("per source (MAPE %)", "text")], groups)
+    counts = fitted_constants(table)
+    console.print(
+        f"constants fitted: {counts['total']} ({counts['family']} per GPU family, {counts['framework']} per framework; "
+        "every other constant keeps its documented default)"
+    )
     text = yaml.safe_dump(table, sort_keys=True)
     if out:
         Path(out).write_text(text)

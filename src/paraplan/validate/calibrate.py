@@ -502,6 +502,15 @@ def not_fitted_block(report_only: dict[str, float], memory: dict[str, float], da
     }
 
 
+def fitted_constants(table: dict[str, Any]) -> dict[str, int]:
+    """How many constants a fitted table holds, per scope ("family", "framework") and in all ("total")."""
+    counts = {
+        scope: sum(len(values or {}) for values in (table.get(scope) or {}).values())
+        for scope in ("family", "framework")
+    }
+    return {**counts, "total": sum(counts.values())}
+
+
 def provenance_table(
     cv: CrossValidation, data_name: str, splits: dict[str, SplitScores] | None = None
 ) -> dict[str, Any]:
