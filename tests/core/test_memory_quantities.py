@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from paraplan.api import memory
-from paraplan.memory.loss import MEGATRON_LOSS_EXTRA_BYTES, TORCH_LOSS_EXTRA_BYTES, TORCH_LOSS_PARALLEL_EXTRA_BYTES
+from paraplan.memory.loss import (
+    FUSED_16BIT_LOSS_EXTRA_BYTES,
+    MEGATRON_LOSS_EXTRA_BYTES,
+    TORCH_LOSS_EXTRA_BYTES,
+    TORCH_LOSS_PARALLEL_EXTRA_BYTES,
+)
 from paraplan.memory.model import ALLOCATED_PARTS, DEVICE_PARTS, GIB, RESERVED_PARTS
 from paraplan.validate.measured import read_rows, run_from_row
 from paraplan.validate.memory import memory_row
@@ -39,6 +44,20 @@ def test_loss_transient_torch_cross_entropy_vs_megatron() -> None:
     logits = 32768 * 128256  # one sequence, Llama 3's vocabulary (a multiple of 128)
     assert _loss_part("torchtitan") == pytest.approx(TORCH_LOSS_EXTRA_BYTES * logits)
     assert _loss_part("megatron-lm") == pytest.approx(MEGATRON_LOSS_EXTRA_BYTES * logits)
+
+
+def test_llm_foundry_fused_loss_keeps_the_16bit_logits() -> None:
+    """llm-foundry's loss (flash-attn's fused cross-entropy) saves the 16-bit logits, 2 bytes per logit where
+    torchtitan's F.cross_entropy saves 4 (fp32 log-probabilities), and holds 2 more at its peak (their gradient, or
+    Composer's previous micro-batch's logits) where torchtitan holds 8."""
+    logits = 32768 * 128256
+    assert _loss_part("llm-foundry") == pytest.approx(FUSED_16BIT_LOSS_EXTRA_BYTES * logits)
+
+    def activations(framework: str) -> float:
+        common = dict(**LLAMA_8B, gpus=8, fsdp=True, zero_stage=3, mbs=1, gbs=8, seq=32768)
+        return memory(**common, framework=framework, recompute_granularity="none").ranks[-1].parts["activations"]
+
+    assert activations("torchtitan") - activations("llm-foundry") == pytest.approx((4 - 2) * logits)
 
 
 def test_torchtitan_loss_parallel_under_tp_holds_twelve_bytes_per_logit() -> None:

@@ -38,6 +38,11 @@ ACT_BYTES = 2  # bf16/fp16 activations (mixed precision, FP8 GEMMs included); fp
 FP32_ACT_BYTES = 4
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti et al. 2022)
 LOGIT_BYTES = 4  # Megatron's vocab-parallel cross-entropy works in fp32
+# llm-foundry's MPT loss is flash-attn's fused CrossEntropyLoss (`loss_fn` defaults to "fused_crossentropy",
+# llm-foundry 0.2.0-0.7.0 ComposerMPTCausalLM): it saves its 16-bit input logits and an fp32 log-sum-exp per row
+# (flash-attn 2.5.7 ops/triton/cross_entropy.py `ctx.save_for_backward(logits, lse, labels)`; 1.0.x xentropy
+# alike), no fp32 softmax.
+SIXTEEN_BIT_LOSS_FRAMEWORKS = frozenset({"llm-foundry"})
 FP8_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
 
 SELECTIVE = frozenset({"selective"})
@@ -71,6 +76,7 @@ class Shard:
     flash: bool
     fused: bool = True  # fused memory-bound kernels (TE/Apex/compile), or eager PyTorch (`graph.kernels`)
     fused_loss: bool = True  # fused cross-entropy kernel, or Megatron's eager vocab-parallel one
+    loss_logit_bytes: int = LOGIT_BYTES  # bytes per logit the loss saves for backward (`loss_saved_logit_bytes`)
     flex_dispatch: bool = False  # MoE tokens sent once per destination rank and node (DeepEP / HybridEP)
     moe_padding_factor: float = 1.0  # routed copies per balanced one (drop-and-pad: the capacity factor)
 
@@ -112,9 +118,18 @@ class Shard:
             flash=train.attention_backend == "flash",
             fused=train.kernel_fusion,
             fused_loss=train.cross_entropy_fusion,
+            loss_logit_bytes=loss_saved_logit_bytes(train),
             flex_dispatch=train.moe_token_dispatcher_type == "flex",
             moe_padding_factor=train.moe_padding_factor,
         )
+
+
+def loss_saved_logit_bytes(train: TrainingSpec) -> int:
+    """Bytes per logit the loss saves for backward: the fp32 softmax or log-probabilities (`LOGIT_BYTES`), or the
+    16-bit logits themselves under a loss that keeps its input (`SIXTEEN_BIT_LOSS_FRAMEWORKS`)."""
+    if train.framework in SIXTEEN_BIT_LOSS_FRAMEWORKS:
+        return activation_bytes(train.precision)
+    return LOGIT_BYTES
 
 
 def _gemm(
@@ -623,7 +638,7 @@ def head_ops(model: ModelSpec, shard: Shard, vocab: int) -> list[Op]:
     forward, backward = cross_entropy_bytes(shard.fused_loss, shard.act_bytes)
     ops.append(
         _elementwise(
-            shard, "cross_entropy", forward * logits, saved=LOGIT_BYTES * logits,
+            shard, "cross_entropy", forward * logits, saved=shard.loss_logit_bytes * logits,
             tags=frozenset() if shard.fused_loss else EAGER_TAG,
             host_ops=1 if shard.fused_loss else CROSS_ENTROPY_EAGER_KERNELS[0],
             backward_bytes=None if backward is None else backward * logits,

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from paraplan.graph.backward import is_weightless_gemm
-from paraplan.graph.layers import LOGIT_BYTES
 from paraplan.graph.ops import Op, OpKind
 from paraplan.memory.activations import saved_bytes
 
@@ -27,7 +26,8 @@ class BlockMemory:
     full_saved_bytes: float
     """What it would keep without recompute (the working set while recomputing)."""
     loss_logits: float = 0.0
-    """Logit elements its largest cross-entropy works over (the head's, an MTP module's; `memory.loss`)."""
+    """Logit elements its largest cross-entropy works over (the output of the head's or an MTP module's LM head GEMM;
+    `memory.loss`)."""
     backward_transient_bytes: float = 0.0
     """The gradients live at once in its backward beyond the saved tensors (`backward_transient_bytes`)."""
 
@@ -60,7 +60,7 @@ def block_memory(
 ) -> BlockMemory:
     """`recompute`: "none", "selective", "full" (only the block input, `layer_input_bytes`, is kept) or "op"
     (torchtitan's per-op policy, which keeps some outputs of `act_bytes` per element; `memory.activations`)."""
-    losses = [op.saved_bytes / LOGIT_BYTES for op in forward if op.name.endswith("cross_entropy")]
+    losses = [op.gemm.m * op.gemm.n for op in forward if op.name.endswith("lm_head") and op.gemm is not None]
     dense_params = expert_params = 0
     for op in forward:
         n = weight_params(op)
