@@ -9,8 +9,9 @@ The implementations differ:
   beyond the saved 4 (the 16-bit logits in forward, the 16-bit gradient in backward). The fused kernel
   (`--cross-entropy-loss-fusion`) keeps the same buffers.
 - torch's `F.cross_entropy` (log_softmax + nll_loss) over fp32 logits, as torchtitan runs it (torchtitan
-  `Transformer.forward` returns `self.output(h).float()`, `train.py` `loss_fn` calls `F.cross_entropy`): backward allocates the dense fp32 gradient of the log-probabilities (nll_loss backward) and of
-  the logits (log_softmax backward) beside the saved fp32 log-probabilities: 8 bytes per logit beyond the 4.
+  `Transformer.forward` returns `self.output(h).float()`, `train.py` `loss_fn` calls `F.cross_entropy`): backward
+  allocates the dense fp32 gradient of the log-probabilities (nll_loss backward) and of the logits (log_softmax
+  backward) beside the saved fp32 log-probabilities: 8 bytes per logit beyond the 4.
 - torchtitan under tensor parallelism runs that loss inside torch's `loss_parallel()` (on unless
   `disable_loss_parallel`, torchtitan@9dec370 parallel_dims.py `loss_parallel_enabled` / train.py
   `train_context`): the vocab-sharded DTensor path (torch/distributed/tensor/parallel/loss.py) fuses nll_loss and
