@@ -211,7 +211,7 @@ def is_bf16_layer(layer: int, num_layers: int, bf16_edge_layers: tuple[int, int]
 
 def part_shard(shard: L.Shard, bf16: bool) -> L.Shard:
     """The shard a stage part's operators are built under: its GEMMs in BF16 for a BF16 layer of a low-precision
-    run (activations stay 16-bit either way, so memory is the same)."""
+    run (which also keep their inputs in 16 bits, `graph.layers.Shard.saved_input_bytes`)."""
     return replace(shard, precision="bf16") if bf16 and shard.precision != "bf16" else shard
 
 
@@ -284,9 +284,9 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
     dense = expert = saved = max_layer = max_full_saved = loss_logits = edge = max_transient = 0.0
     run_heads = run_inner = 0  # Megatron's uniform method: the layers that keep a run's input, and the others
     present = {kind for kind, _, _, _ in parts}
-    for kind, mode, count, _ in parts:
+    for kind, mode, count, bf16 in parts:
         layer_kind = K.layer_kind(kind)
-        memory = block_memory_of(kind, model, shard, mode)
+        memory = block_memory_of(kind, model, part_shard(shard, bf16), mode)
         if not (model.tied_embeddings and layer_kind.tied_to in present):  # one shared table when both share a rank
             dense += memory.dense_params * count
             if not layer_kind.is_decoder_layer:

@@ -43,7 +43,7 @@ def gdn_mixer_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     proj_tp = 2 * qk_tp + 2 * v_tp + 2 * v_heads_tp
     tokens = shard.tokens
     ops = [_norm("gdn_norm", model, shard), *_tp_enter("tp_ag_gdn", shard, h)]
-    ops.append(_gemm("gdn_in_proj", tokens, proj_tp, h, shard, saved=act * tokens * h / shard.sp_div))
+    ops.append(_gemm("gdn_in_proj", tokens, proj_tp, h, shard, saved_input=tokens * h / shard.sp_div))
     if cp > 1:  # [q, k, v, z, beta, alpha]: sequence-sharded -> head-sharded
         ops.append(_comm("cp_a2a_gdn_in", CommKind.ALL_TO_ALL, CommAxis.CP, cp, act * tokens * proj_tp))
     # after the all-to-all: the whole sequence, 1/cp of this TP rank's heads (the same element count)

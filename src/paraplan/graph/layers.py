@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from paraplan.cost.quantize import RECIPES
 from paraplan.graph.backward import TP_INPUT_GRAD
 from paraplan.graph.kernels import (
     CROSS_ENTROPY_EAGER_KERNELS,
@@ -43,6 +44,14 @@ LOGIT_BYTES = 4  # Megatron's vocab-parallel cross-entropy works in fp32
 # (flash-attn 2.5.7 ops/triton/cross_entropy.py `ctx.save_for_backward(logits, lse, labels)`; 1.0.x xentropy
 # alike), no fp32 softmax.
 SIXTEEN_BIT_LOSS_FRAMEWORKS = frozenset({"llm-foundry"})
+# Transformer Engine's linears (Linear, LayerNormLinear, LayerNormMLP, GroupedLinear), as megatron-core builds its
+# layers with them, keep for the weight-gradient GEMM the input they quantised for the forward GEMM, not the 16-bit
+# one: TE 1.x `_Linear.forward` saves `inputmat_t` (the FP8 cast-transpose) and `_LayerNormLinear` its FP8 `ln_out`;
+# TE 2.x saves the quantised tensor after `update_usage(rowwise_usage=False, columnwise_usage=True)`, the
+# column-wise copy alone (per-tensor FP8 under sequence parallelism on Hopper keeps the row-wise copy too, to
+# gather it again: not modelled, at most the h / tp input of a column-parallel GEMM). torchtitan's float8 (torchao
+# `Float8Linear`) saves the high-precision input.
+TE_LINEAR_FRAMEWORKS = frozenset({"megatron-lm", "nemo-megatron"})
 FP8_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
 
 SELECTIVE = frozenset({"selective"})
@@ -77,6 +86,7 @@ class Shard:
     fused: bool = True  # fused memory-bound kernels (TE/Apex/compile), or eager PyTorch (`graph.kernels`)
     fused_loss: bool = True  # fused cross-entropy kernel, or Megatron's eager vocab-parallel one
     loss_logit_bytes: int = LOGIT_BYTES  # bytes per logit the loss saves for backward (`loss_saved_logit_bytes`)
+    quantized_saved_inputs: bool = False  # low-precision GEMMs keep their input quantised (`TE_LINEAR_FRAMEWORKS`)
     flex_dispatch: bool = False  # MoE tokens sent once per destination rank and node (DeepEP / HybridEP)
     moe_padding_factor: float = 1.0  # routed copies per balanced one (drop-and-pad: the capacity factor)
 
@@ -97,6 +107,16 @@ class Shard:
     def act_bytes(self) -> int:
         """Bytes per activation element: 4 when training in plain fp32, else 2 (16-bit activations)."""
         return activation_bytes(self.precision)
+
+    def keeps_quantized_input(self, precision: str) -> bool:
+        """Whether a GEMM in `precision` keeps its input quantised for its weight gradient (`TE_LINEAR_FRAMEWORKS`)."""
+        return self.quantized_saved_inputs and precision in RECIPES
+
+    def saved_input_bytes(self, precision: str) -> float:
+        """Bytes per element of the input a GEMM in `precision` keeps for its weight gradient: the recipe's quantised
+        element with its block scales (`cost.quantize.QuantRecipe.element_bytes`: FP8 1, MXFP8 1 + 1/32, NVFP4
+        0.5 + 1/16) where it `keeps_quantized_input`, else the 16-bit activation."""
+        return RECIPES[precision].element_bytes if self.keeps_quantized_input(precision) else self.act_bytes
 
     @property
     def act_precision(self) -> str:
@@ -119,6 +139,7 @@ class Shard:
             fused=train.kernel_fusion,
             fused_loss=train.cross_entropy_fusion,
             loss_logit_bytes=loss_saved_logit_bytes(train),
+            quantized_saved_inputs=train.framework in TE_LINEAR_FRAMEWORKS,
             flex_dispatch=train.moe_token_dispatcher_type == "flex",
             moe_padding_factor=train.moe_padding_factor,
         )
@@ -138,15 +159,18 @@ def _gemm(
     n: int,
     k: int,
     shard: Shard,
-    saved: float,
+    saved: float = 0.0,
     count: int = 1,
     tags=frozenset(),
     expert: bool = False,
     precision: str | None = None,
+    saved_input: float = 0.0,
 ) -> Op:
     """A linear's GEMM, in the shard's GEMM precision unless `precision` names another (the 16-bit GEMMs of a
-    low-precision run)."""
+    low-precision run). It keeps `saved_input` elements of its input for its weight gradient, of
+    `Shard.saved_input_bytes` each, and `saved` bytes of 16-bit tensors for other ops (Q, K, V for attention)."""
     precision = precision or shard.gemm_precision
+    saved += saved_input * shard.saved_input_bytes(precision)
     return Op(
         name=name,
         kind=OpKind.GEMM,
@@ -401,6 +425,21 @@ def _core_attention(
     return ops
 
 
+def _kept_attention_output(core: list[Op], shard: Shard, out_elems: float) -> list[Op]:
+    """The attention core with its 16-bit output counted on its kernel's op where the output projection keeps a
+    quantised copy of its own (`Shard.keeps_quantized_input`): a flash kernel's backward reads its output
+    (FlashAttention and cuDNN fused attention save `out`), which in 16 bits is the very tensor the projection keeps
+    (counted there).
+    `out_elems` 0: another op keeps the output (an output gate). The unfused core's backward needs no output."""
+    if not out_elems or not shard.keeps_quantized_input(shard.gemm_precision):
+        return core
+    kernel = next((i for i, op in enumerate(core) if op.kind is OpKind.ATTENTION), None)
+    if kernel is None:
+        return core
+    kept = replace(core[kernel], saved_bytes=core[kernel].saved_bytes + shard.act_bytes * out_elems)
+    return [*core[:kernel], kept, *core[kernel + 1 :]]
+
+
 def _cp_exchange(model: ModelSpec, shard: Shard, kv_width: int) -> list[Op]:
     """Context parallelism: ring exchange of K and V, cp - 1 steps (Megatron's p2p CP, overlapped)."""
     if shard.cp == 1:
@@ -421,20 +460,21 @@ def attention_ops(model: ModelSpec, shard: Shard, local: bool = False) -> list[O
     # Q, K, V; and the output gate with `attention_output_gate` (Qwen3-Next: sigmoid(gate) x attention output)
     gate_width = heads * d if model.attention_output_gate else 0
     qkv_width = (heads + 2 * kv_heads) * d + gate_width
-    qkv_saved = shard.act_bytes * tokens * (h / shard.sp_div + qkv_width)  # its input, and Q, K, V for attention
-    ops.append(_gemm("qkv", tokens, qkv_width, h, shard, saved=qkv_saved))
+    qkv_saved = shard.act_bytes * tokens * qkv_width  # Q, K, V for attention, beside its input
+    ops.append(_gemm("qkv", tokens, qkv_width, h, shard, saved=qkv_saved, saved_input=tokens * h / shard.sp_div))
     ops += _split_grad("qkv_split", shard, tokens * qkv_width)
     if model.position == "rope":
         ops.append(_rotary(shard, tokens * (heads + kv_heads) * d))
     ops += _cp_exchange(model, shard, 2 * kv_heads * d)
-    ops += _core_attention(model, shard, heads, kv_heads, d, d, local)
+    ops += _kept_attention_output(_core_attention(model, shard, heads, kv_heads, d, d, local), shard,
+                                  0 if gate_width else tokens * heads * d)  # fmt: skip
     if gate_width:  # read the attention output and the gate, write the gated output; keep the attention output
         gated = tokens * gate_width
         ops.append(
             _elementwise(shard, "attn_output_gate", 3 * shard.act_bytes * gated, saved=shard.act_bytes * gated,
                          flops=4 * gated)
         )  # fmt: skip
-    ops.append(_gemm("attn_out", tokens, h, heads * d, shard, saved=shard.act_bytes * tokens * heads * d))
+    ops.append(_gemm("attn_out", tokens, h, heads * d, shard, saved_input=tokens * heads * d))
     ops += _tp_exit("tp_rs_attn", shard, h)
     ops += _residual("attn_residual", model, shard)
     return ops
@@ -452,70 +492,74 @@ def mla_attention_ops(model: ModelSpec, shard: Shard, attention_core: AttentionC
     kv_rank = model.kv_lora_rank or 0
     tokens = shard.tokens
     ops = [_norm("attn_norm", model, shard), *_tp_enter("tp_ag_attn", shard, h)]
-    in_saved = shard.act_bytes * tokens * h / shard.sp_div
+    in_elems = tokens * h / shard.sp_div
     q_width = heads * (d_nope + d_rope)
     if model.q_lora_rank:
         q_rank = model.q_lora_rank
-        ops.append(_gemm("q_down", tokens, q_rank, h, shard, saved=in_saved, tags=frozenset({"mla"})))
+        ops.append(_gemm("q_down", tokens, q_rank, h, shard, saved_input=in_elems, tags=frozenset({"mla"})))
         ops.append(
             _elementwise(
                 shard, "q_norm", 2 * shard.act_bytes * tokens * q_rank, saved=shard.act_bytes * tokens * q_rank
             )
         )
-        q_saved = shard.act_bytes * tokens * (q_rank + q_width)
-        ops.append(_gemm("q_up", tokens, q_width, q_rank, shard, saved=q_saved))
+        q_saved = shard.act_bytes * tokens * q_width  # q for attention, beside its input
+        ops.append(_gemm("q_up", tokens, q_width, q_rank, shard, saved=q_saved, saved_input=tokens * q_rank))
     else:
-        ops.append(_gemm("q_proj", tokens, q_width, h, shard, saved=in_saved + shard.act_bytes * tokens * q_width))
-    ops.append(_gemm("kv_down", tokens, kv_rank + d_rope, h, shard, saved=0.0, tags=frozenset({"mla"})))
+        q_saved = shard.act_bytes * tokens * q_width
+        ops.append(_gemm("q_proj", tokens, q_width, h, shard, saved=q_saved, saved_input=in_elems))
+    # its 16-bit input is the q projection's (counted there); a quantised copy is its own
+    kv_down_input = in_elems if shard.keeps_quantized_input(shard.gemm_precision) else 0.0
+    ops.append(_gemm("kv_down", tokens, kv_rank + d_rope, h, shard, saved_input=kv_down_input, tags=frozenset({"mla"})))
     ops.append(
         _elementwise(shard, "kv_norm", 2 * shard.act_bytes * tokens * kv_rank, saved=shard.act_bytes * tokens * kv_rank)
     )
     kv_width = heads * (d_nope + d_v)
-    kv_saved = shard.act_bytes * tokens * (kv_rank + kv_width + d_rope)
-    ops.append(_gemm("kv_up", tokens, kv_width, kv_rank, shard, saved=kv_saved))
+    kv_saved = shard.act_bytes * tokens * (kv_width + d_rope)  # k, v and the rotary key for attention
+    ops.append(_gemm("kv_up", tokens, kv_width, kv_rank, shard, saved=kv_saved, saved_input=tokens * kv_rank))
     ops.append(_rotary(shard, tokens * (heads + 1) * d_rope))
     ops += _cp_exchange(model, shard, heads * (d_nope + d_rope + d_v))
     if attention_core is not None:  # e.g. DeepSeek sparse attention (`graph.dsa`): its indexer and its sparse core
-        ops += attention_core(model, shard, heads, d_nope + d_rope, d_v)
+        core = attention_core(model, shard, heads, d_nope + d_rope, d_v)
     else:
-        ops += _core_attention(model, shard, heads, heads, d_nope + d_rope, d_v)
-    ops.append(_gemm("attn_out", tokens, h, heads * d_v, shard, saved=shard.act_bytes * tokens * heads * d_v))
+        core = _core_attention(model, shard, heads, heads, d_nope + d_rope, d_v)
+    ops += _kept_attention_output(core, shard, tokens * heads * d_v)
+    ops.append(_gemm("attn_out", tokens, h, heads * d_v, shard, saved_input=tokens * heads * d_v))
     ops += _tp_exit("tp_rs_attn", shard, h)
     ops += _residual("attn_residual", model, shard)
     return ops
 
 
-def _mlp_body(prefix: str, model: ModelSpec, shard: Shard, tokens: int, ffn_local: int, count: int, tags) -> list[Op]:
-    """Up (gate+up fused when gated), activation, down. `count` grouped GEMMs (experts on this rank)."""
+def _mlp_body(
+    prefix: str, model: ModelSpec, shard: Shard, tokens: int, ffn_local: int, count: int, tags, up_input: float = 0.0
+) -> list[Op]:
+    """Up (gate+up fused when gated), activation, down. `count` grouped GEMMs (experts on this rank). `up_input`:
+    the elements of its input the up-projection keeps (0: another op keeps that tensor)."""
     h = model.hidden_size
     up_width = 2 * ffn_local if model.gated_mlp else ffn_local
     act_in = shard.act_bytes * tokens * up_width * count
-    act_out = shard.act_bytes * tokens * ffn_local * count
+    act_out_elems = tokens * ffn_local * count
+    act_out = shard.act_bytes * act_out_elems
     act_moved = act_in + act_out  # one pass over the input(s), one over the output
     act_tags = tags
     if model.gated_mlp and not shard.fused:  # eager SwiGLU: silu(gate), then * up
         act_moved = passes("swiglu", False) * shard.act_bytes * tokens * ffn_local * count
         act_tags = tags | EAGER_TAG | {"swiglu"}
     return [
-        _gemm(f"{prefix}_up", tokens, up_width, h, shard, saved=0.0, count=count, tags=tags),
+        _gemm(f"{prefix}_up", tokens, up_width, h, shard, count=count, tags=tags, saved_input=up_input),
         *(_split_grad(f"{prefix}_up_split", shard, tokens * up_width, count, tags) if model.gated_mlp else []),
         _elementwise(
             shard, f"{prefix}_act", act_moved, saved=act_in, flops=4 * tokens * up_width * count, tags=act_tags
         ),
-        _gemm(f"{prefix}_down", tokens, h, ffn_local, shard, saved=act_out, count=count, tags=tags),
+        _gemm(f"{prefix}_down", tokens, h, ffn_local, shard, count=count, tags=tags, saved_input=act_out_elems),
     ]
 
 
 def mlp_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     h = model.hidden_size
     ops = [_norm("mlp_norm", model, shard), *_tp_enter("tp_ag_mlp", shard, h)]
-    body = _mlp_body("mlp", model, shard, shard.tokens, model.ffn_hidden_size // shard.tp, 1, frozenset())
     # the MLP input (norm output, sharded under SP) is saved by the up-projection
-    up = body[0]
-    body[0] = _gemm(
-        up.name, up.gemm.m, up.gemm.n, up.gemm.k, shard, saved=shard.act_bytes * shard.tokens * h / shard.sp_div
-    )
-    ops += body
+    ffn_local = model.ffn_hidden_size // shard.tp
+    ops += _mlp_body("mlp", model, shard, shard.tokens, ffn_local, 1, frozenset(), shard.tokens * h / shard.sp_div)
     ops += _tp_exit("tp_rs_mlp", shard, h)
     ops += _residual("mlp_residual", model, shard)
     return ops
@@ -557,21 +601,9 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     if shard.etp > 1:
         ops.append(_comm("etp_ag", CommKind.ALL_GATHER, CommAxis.ETP, shard.etp, dispatch_bytes * shard.etp, tags=MOE))
     # the routed experts' ops: their weights are expert parameters (`Op.expert`)
-    body = _mlp_body("expert", model, shard, tokens_per_expert, ffn_local, local_experts, MOE)
-    body = [replace(op, expert=True) for op in body]
-    up = body[0]
-    body[0] = _gemm(
-        up.name,
-        up.gemm.m,
-        up.gemm.n,
-        up.gemm.k,
-        shard,
-        saved=shard.act_bytes * tokens_per_expert * local_experts * h,
-        count=local_experts,
-        tags=MOE,
-        expert=True,
-    )
-    ops += body
+    routed = tokens_per_expert * local_experts * h  # the permuted tokens, kept by the experts' up-projection
+    body = _mlp_body("expert", model, shard, tokens_per_expert, ffn_local, local_experts, MOE, routed)
+    ops += [replace(op, expert=True) for op in body]
     if shard.etp > 1:
         ops.append(
             _comm(
@@ -592,15 +624,10 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     )
     if model.moe_shared_expert_intermediate_size:
         ops += _tp_enter("tp_ag_shared", shard, h)
-        ops += _mlp_body(
-            "shared_expert",
-            model,
-            shard,
-            shard.tokens,
-            model.moe_shared_expert_intermediate_size // shard.tp,
-            1,
-            MOE,
-        )
+        # its 16-bit input is the router's (counted there); a quantised copy is its own
+        shared_input = own_tokens * h if shard.keeps_quantized_input(shard.gemm_precision) else 0.0
+        shared_ffn = model.moe_shared_expert_intermediate_size // shard.tp
+        ops += _mlp_body("shared_expert", model, shard, shard.tokens, shared_ffn, 1, MOE, shared_input)
         ops += _tp_exit("tp_rs_shared", shard, h)
     ops += _residual("mlp_residual", model, shard)
     return ops
@@ -654,7 +681,7 @@ def mtp_ops(model: ModelSpec, shard: Shard, vocab: int) -> list[Op]:
     layer (MoE in DeepSeek-V3) and the shared LM head with its loss."""
     h, tokens = model.hidden_size, shard.tokens
     ops = [_norm("mtp_norm_h", model, shard), _norm("mtp_norm_e", model, shard)]
-    ops.append(_gemm("mtp_proj", tokens, h, 2 * h // shard.tp, shard, saved=shard.act_bytes * tokens * 2 * h))
+    ops.append(_gemm("mtp_proj", tokens, h, 2 * h // shard.tp, shard, saved_input=tokens * 2 * h))
     ops += mla_attention_ops(model, shard) if model.is_mla else attention_ops(model, shard)
     ops += moe_ops(model, shard) if model.is_moe else mlp_ops(model, shard)
     ops += head_ops(model, shard, vocab)
@@ -682,7 +709,7 @@ def gated_mixer_exit(prefix: str, model: ModelSpec, shard: Shard, width: int, sa
     return [
         _elementwise(shard, f"{prefix}_gated_norm", 3 * act * tokens * width, saved=saved,
                      flops=8 * tokens * width),
-        _gemm(f"{prefix}_out_proj", tokens, h, width, shard, saved=act * tokens * width),
+        _gemm(f"{prefix}_out_proj", tokens, h, width, shard, saved_input=tokens * width),
         *_tp_exit(f"tp_rs_{prefix}", shard, h),
         *_residual(f"{prefix}_residual", model, shard),
     ]  # fmt: skip

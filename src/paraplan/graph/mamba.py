@@ -52,7 +52,7 @@ def mamba_mixer_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     xbc_tp = inner_tp + 2 * groups_tp * n_state  # conv1d channels [x, B, C] on this TP rank
     proj_tp = inner_tp + xbc_tp + heads_tp  # in_proj output [z, x, B, C, dt]
     ops = [_norm("mamba_norm", model, shard), *_tp_enter("tp_ag_mamba", shard, h)]
-    ops.append(_gemm("mamba_in_proj", tokens, proj_tp, h, shard, saved=act * tokens * h / shard.sp_div))
+    ops.append(_gemm("mamba_in_proj", tokens, proj_tp, h, shard, saved_input=tokens * h / shard.sp_div))
     # After the CP all-to-all a rank holds the whole sequence for 1/cp of its heads: the same element count.
     heads = heads_tp // cp
     inner = heads * model.mamba_head_dim
