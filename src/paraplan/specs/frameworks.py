@@ -152,8 +152,9 @@ ERAS: tuple[DefaultsEra, ...] = (
     ),
     _era(
         # llm-foundry (MosaicML): FSDP FULL_SHARD with prefetch, flash attention, bf16 mixed precision (FSDP
-        # `mixed_precision: DEFAULT`: bf16 parameters, fp32 gradient reduction); torch F.cross_entropy is one
-        # log-softmax kernel, not Megatron's eager chain
+        # `mixed_precision: DEFAULT`: bf16 parameters, fp32 gradient reduction); its loss, flash-attn's fused
+        # cross-entropy (MPT's default `loss_fn`, `graph.layers.SIXTEEN_BIT_LOSS_FRAMEWORKS`), is one kernel, not
+        # Megatron's eager chain
         "llm-foundry",
         "llm-foundry",
         None,
