@@ -32,6 +32,26 @@ def test_decoder_kind_names_are_the_per_layer_lookup(name: str) -> None:
     assert K.decoder_kind_names(model) == tuple(K.decoder_kind_of(model, i).name for i in range(model.num_layers))
 
 
+def test_a_kind_not_present_claims_no_layer() -> None:
+    """`LayerKind.present` False means `claims` is False for every layer, on every preset (the pruned lookup in
+    `decoder_kind_names` leaves nothing out), and each test is true for some preset."""
+    from paraplan.specs.presets import model_names
+
+    seen_present = set()
+    for name in model_names():
+        model = model_preset(name)
+        for kind in K.layer_kinds():
+            if kind.present is None:
+                continue
+            claimed = any(kind.claims(model, i) for i in range(model.num_layers))
+            if kind.present(model):
+                seen_present.add(kind.name)
+            else:
+                assert not claimed, (name, kind.name)
+        assert K.decoder_kind_names(model) == tuple(K.decoder_kind_of(model, i).name for i in range(model.num_layers))
+    assert seen_present == {k.name for k in K.layer_kinds() if k.present is not None}
+
+
 def test_registering_a_kind_renews_the_decoder_kind_names() -> None:
     model = model_preset("llama3.1-8b")
     first = LayerKind(name="first_only", placement=Placement.LAYER, ops=L.mlp_ops, claims=lambda m, i: i == 0)

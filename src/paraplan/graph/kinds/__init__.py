@@ -50,7 +50,13 @@ _REGISTRY: dict[str, LayerKind] = {}
 def decoder_kind_names(model: ModelSpec) -> tuple[str, ...]:
     """`decoder_kind_of(model, layer).name` of every decoder layer, once per model (the stage layouts and the model
     FLOPs ask for every layer; cleared when a kind is registered or removed)."""
-    kinds = [kind for kind in _REGISTRY.values() if kind.placement is Placement.LAYER]
+    kinds = [
+        kind
+        for kind in _REGISTRY.values()
+        if kind.placement is Placement.LAYER and (kind.present is None or kind.present(model))
+    ]  # the kinds that may claim a layer (`LayerKind.present`)
+    if len(kinds) == 1 and kinds[0].is_default_layer:  # no other kind claims any: every layer is the default
+        return (kinds[0].name,) * model.num_layers
     return tuple(_decoder_kind_among(kinds, model, layer).name for layer in range(model.num_layers))
 
 

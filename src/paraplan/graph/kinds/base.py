@@ -41,6 +41,9 @@ class LayerKind:
     claims: Callable[[ModelSpec, int], bool] | None = None
     """LAYER kinds: whether decoder layer i (0-based) of the model is of this kind. None: the default decoder
     layer, which every layer no other kind claims is (exactly one LAYER kind is the default)."""
+    present: Callable[[ModelSpec], bool] | None = None
+    """LAYER kinds with `claims`: a cheap test on the whole model, False when `claims` is False for every layer
+    (`decoder_kind_names` then asks no layer); None: ask every layer."""
     count: Callable[[ModelSpec], int] | None = None
     """FIRST and LAST kinds: how many blocks of the kind the model has (0: none)."""
     table_params: Callable[[ModelSpec, Shard], int] | None = None
@@ -58,6 +61,8 @@ class LayerKind:
             problems.append(f"layer kind name {self.name!r} must be a non-empty identifier")
         if self.placement is Placement.LAYER and self.count is not None:
             problems.append(f"layer kind {self.name}: a decoder layer kind is counted by `claims`, not `count`")
+        if self.present is not None and self.claims is None:
+            problems.append(f"layer kind {self.name}: `present` needs `claims`")
         if self.placement is not Placement.LAYER and (self.count is None or self.claims is not None):
             problems.append(f"layer kind {self.name}: a {self.placement} kind needs `count` and no `claims`")
         if problems:

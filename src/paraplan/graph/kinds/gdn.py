@@ -26,5 +26,9 @@ def _claims_moe(model: ModelSpec, layer: int) -> bool:
     return model.mixer_of(layer) == "gdn" and model.is_moe_layer(layer)
 
 
-KIND = LayerKind(name="gdn", placement=Placement.LAYER, ops=_dense_ops, claims=_claims_dense)
-MOE_KIND = LayerKind(name="gdn_moe", placement=Placement.LAYER, ops=_moe_ops, claims=_claims_moe)
+def _present(model: ModelSpec) -> bool:
+    return model.linear_attention_freq > 0  # `ModelSpec.is_linear_attention_layer`
+
+
+KIND = LayerKind(name="gdn", placement=Placement.LAYER, ops=_dense_ops, claims=_claims_dense, present=_present)
+MOE_KIND = LayerKind(name="gdn_moe", placement=Placement.LAYER, ops=_moe_ops, claims=_claims_moe, present=_present)

@@ -14,3 +14,12 @@ def claims_symbol(symbol: str) -> Callable[[ModelSpec, int], bool]:
         return model.layer_symbol(layer) == symbol
 
     return claims
+
+
+def present_symbol(symbol: str) -> Callable[[ModelSpec], bool]:
+    """`LayerKind.present` for the blocks written `symbol`: the pattern holds one."""
+
+    def present(model: ModelSpec) -> bool:
+        return model.pattern_count(symbol) > 0
+
+    return present

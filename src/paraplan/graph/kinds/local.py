@@ -26,5 +26,11 @@ def _claims_moe(model: ModelSpec, layer: int) -> bool:
     return not model.is_hybrid and model.mixer_of(layer) == "local" and model.is_moe_layer(layer)
 
 
-KIND = LayerKind(name="dense_local", placement=Placement.LAYER, ops=_dense_ops, claims=_claims_dense)
-MOE_KIND = LayerKind(name="moe_local", placement=Placement.LAYER, ops=_moe_ops, claims=_claims_moe)
+def _present(model: ModelSpec) -> bool:
+    return not model.is_hybrid and (
+        model.attention_chunk_size > 0 or model.window_size > 0
+    )  # `is_local_attention_layer`
+
+
+KIND = LayerKind(name="dense_local", placement=Placement.LAYER, ops=_dense_ops, claims=_claims_dense, present=_present)
+MOE_KIND = LayerKind(name="moe_local", placement=Placement.LAYER, ops=_moe_ops, claims=_claims_moe, present=_present)

@@ -19,4 +19,8 @@ def _claims(model: ModelSpec, layer: int) -> bool:
     return not model.is_hybrid and model.is_moe_layer(layer) and model.mixer_of(layer) == "attention"
 
 
-KIND = LayerKind(name="moe", placement=Placement.LAYER, ops=_ops, claims=_claims)
+def _present(model: ModelSpec) -> bool:
+    return not model.is_hybrid and model.is_moe  # `ModelSpec.is_moe_layer`
+
+
+KIND = LayerKind(name="moe", placement=Placement.LAYER, ops=_ops, claims=_claims, present=_present)
