@@ -287,7 +287,9 @@ def _async_tp_pool(op: Op, label: str, ctx: BlockContext) -> str:
     return "dgrad" if TP_REGATHER <= op.tags else "wgrad"
 
 
-def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> _PhaseTime:
+def _phase_times(
+    ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float, known_s: dict[int, float] | None = None
+) -> _PhaseTime:
     """Time of one phase of a block.
 
     The host issues kernels asynchronously into the stream queue: a kernel starts when the host has issued
@@ -306,6 +308,9 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
     of a pipeline stage), the last finishes at T1 + (n - 1) * max(host, GPU) (the max-plus closed form of the
     rule above), so each repeat saves `runahead_s` = T1 - max(host, GPU): the host issues the next layer's
     kernels while this layer's long ones run. Nothing is saved when the host waits for the GPU (MoE).
+
+    `known_s`: the analytic seconds of compute ops by `id(op)`, filled in here (the recompute's ops are the forward's,
+    timed under the same context: `block_cost` times each once).
 
     Under CUDA graphs (`BlockContext.cuda_graphs`) the phase is one graph launch (one op's host time) and its ops
     cost the host nothing, but for the MoE ops of a layer that syncs with the host: megatron-core captures those
@@ -343,7 +348,12 @@ def _phase_times(ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float) -> 
             continue
         timed = timer(op) if timer is not None else None
         if timed is None:
-            seconds = compute_time_s(op, gpu_spec, cal)
+            if known_s is None:
+                seconds = compute_time_s(op, gpu_spec, cal)
+            else:
+                seconds = known_s.get(id(op))
+                if seconds is None:
+                    seconds = known_s[id(op)] = compute_time_s(op, gpu_spec, cal)
         else:  # a kernel measured on one chip: compute-bound ones run at the pace of the job's slowest chip
             seconds = timed[0] * (cal.compute_slowdown if op.kind in CLOCK_BOUND_KINDS else 1.0)
             out.profiled_s += seconds
@@ -408,12 +418,16 @@ def block_cost(
     the input- and weight-gradient ops (`backward_phases` of `forward`) when the caller keeps them."""
     b_ops, w_ops = backward if backward is not None else backward_phases(forward)
     host = ctx.cal.host_launch_s
-    fwd = _phase_times(forward, ctx, host)
+    redo = recomputed_ops(forward, recompute)
+    known_s: dict[int, float] | None = {} if redo else None  # the forward ops' seconds, for the recompute
+    fwd = _phase_times(forward, ctx, host, known_s)
     bwd = _phase_times(b_ops, ctx, host * ctx.cal.host_backward_factor)
     wgt = _phase_times(w_ops, ctx, host * ctx.cal.host_backward_factor)
     memory = memory if memory is not None else block_memory(forward, recompute, layer_input_bytes)
-    redo = recomputed_ops(forward, recompute)
-    rec = _phase_times(redo, ctx, host) if redo else _PhaseTime()
+    if len(redo) == len(forward) and all(a is b for a, b in zip(redo, forward, strict=True)):
+        rec = fwd  # the whole forward again, as timed (read only: nothing below changes `fwd` when there is a redo)
+    else:
+        rec = _phase_times(redo, ctx, host, known_s) if redo else _PhaseTime()
     if bwd.async_tp_s:
         # the backward's asynchronous TP collectives run while the stream does the weight gradients (and, for the
         # second gathers, the input gradients) or waits for the host; the stream waits for what outlasts that
