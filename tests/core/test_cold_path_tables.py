@@ -112,7 +112,8 @@ def test_backward_ops_are_what_dataclasses_replace_built() -> None:
     """`graph.backward._op_with` builds positionally what `dataclasses.replace` did, for every field of every op."""
     from dataclasses import fields, replace
 
-    from paraplan.graph.backward import _op_with
+    from paraplan.graph.backward import _op_with, backward_ops, is_weightless_gemm
+    from paraplan.graph.ops import GemmShape, Phase
 
     model = model_preset("deepseek-v3")
     shard = L.Shard.of(_train(tp=2, ep=8, sp=True))
@@ -122,3 +123,11 @@ def test_backward_ops_are_what_dataclasses_replace_built() -> None:
         changes |= {"saved_bytes": 1.5, "flops": op.flops * 2 + 1, "host_ops": op.host_ops + 3}
         assert _op_with(op, **changes) == replace(op, **changes)
         assert _op_with(op) == op
+        if op.gemm is not None:  # `_gemm_grad`: a GEMM's gradients, field by field as `replace` built them
+            g = op.gemm
+            second = Phase.BACKWARD_INPUT if is_weightless_gemm(op) else Phase.BACKWARD_WEIGHT
+            expected = [
+                replace(op, phase=Phase.BACKWARD_INPUT, gemm=GemmShape(g.m, g.k, g.n, g.count), saved_bytes=0.0),
+                replace(op, phase=second, gemm=GemmShape(g.k, g.n, g.m, g.count), saved_bytes=0.0),
+            ]
+            assert backward_ops(op) == expected

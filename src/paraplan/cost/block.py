@@ -217,6 +217,8 @@ class BlockContext:
     """MoE layers copy their token counts to the host and wait for them (`TrainingSpec.moe_host_sync`)."""
     _hash: int = field(default=0, init=False, repr=False, compare=False)
     """The hash of the fields above, computed once (the caches look the context up once per stage)."""
+    _other_scope: list[BlockContext] = field(default_factory=list, init=False, repr=False, compare=False)
+    """`for_block`'s context with `graphed_block` flipped, once built (a replace hashes the whole context again)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.groups, PlacedGroups):
@@ -237,7 +239,11 @@ class BlockContext:
     def for_block(self, is_decoder_layer: bool) -> BlockContext:
         """The context of one block kind: Megatron's layer graphs capture the decoder layers only."""
         graphed = is_decoder_layer or self.cuda_graph_scope == "full_iteration"
-        return self if graphed == self.graphed_block else replace(self, graphed_block=graphed)
+        if graphed == self.graphed_block:
+            return self
+        if not self._other_scope:
+            self._other_scope.append(replace(self, graphed_block=graphed))
+        return self._other_scope[0]
 
 
 def _comm_time(op: Op, ctx: BlockContext) -> tuple[float, str]:

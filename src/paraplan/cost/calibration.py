@@ -77,8 +77,11 @@ class Calibration:
 
     def with_values(self, **values: Any) -> Calibration:
         """Replace constants by name; an unknown name is a ConfigError (a misspelt constant must not be dropped)."""
-        reject_unknown_names(values, {f.name for f in fields(self)}, "calibration constant")
+        reject_unknown_names(values, CALIBRATION_NAMES, "calibration constant")
         return replace(self, **values)
+
+
+CALIBRATION_NAMES = frozenset(f.name for f in fields(Calibration))
 
 
 @cache

@@ -52,15 +52,23 @@ def _op_with(op: Op, **changes: object) -> Op:
     return Op(*[changes[name] if name in changes else getattr(op, name) for name in _OP_FIELDS])  # type: ignore[arg-type]
 
 
+def _gemm_grad(op: Op, phase: Phase, gemm: GemmShape) -> Op:
+    """`_op_with(op, phase=phase, gemm=gemm, saved_bytes=0.0)` in one call (a GEMM's two gradients are most of a
+    block's backward ops)."""
+    return Op(
+        op.name, op.kind, phase, op.flops, op.bytes_moved, gemm, op.attention, op.comm, op.scan, 0.0, op.precision,
+        op.tags, op.host_ops, op.backward_bytes, op.expert,
+    )  # fmt: skip
+
+
 def backward_ops(op: Op) -> list[Op]:
     if op.kind is OpKind.GEMM:
         g = op.gemm
         assert g is not None
-        dx = _op_with(op, phase=Phase.BACKWARD_INPUT, gemm=GemmShape(g.m, g.k, g.n, g.count), saved_bytes=0.0)
+        dx = _gemm_grad(op, Phase.BACKWARD_INPUT, GemmShape(g.m, g.k, g.n, g.count))
         if is_weightless_gemm(op):
-            return [dx, _op_with(dx, gemm=GemmShape(g.k, g.n, g.m, g.count))]
-        dw = _op_with(op, phase=Phase.BACKWARD_WEIGHT, gemm=GemmShape(g.k, g.n, g.m, g.count), saved_bytes=0.0)
-        return [dx, dw]
+            return [dx, _gemm_grad(op, Phase.BACKWARD_INPUT, GemmShape(g.k, g.n, g.m, g.count))]
+        return [dx, _gemm_grad(op, Phase.BACKWARD_WEIGHT, GemmShape(g.k, g.n, g.m, g.count))]
     if op.kind is OpKind.ATTENTION:
         return [
             _op_with(
