@@ -333,7 +333,8 @@ def _phase_times(
     graphs, host_sync, timer = ctx.cuda_graphs, ctx.moe_host_sync, ctx.timer
     gpu_spec, cal = ctx.system.gpu, ctx.cal
     for op in ops:
-        captured = graphs and not ("moe" in op.tags and host_sync)  # replays in the graph: not behind a host sync
+        behind_sync = host_sync and "moe" in op.tags  # an MoE op after the token counts' host sync
+        captured = graphs and not behind_sync  # replays in the graph
         if op.kind is OpKind.COMM:
             label = COMM_LABEL[op.comm.axis]
             seconds, source = _comm_time(op, ctx)
@@ -365,7 +366,7 @@ def _phase_times(
             out.profiled_s += seconds
         host_s = 0.0 if captured else host_s_per_op * op.host_ops
         gpu += seconds
-        if "moe" in op.tags and host_sync:  # the host waits for the GPU, then issues: max(GPU, host) per op
+        if behind_sync:  # the host waits for the GPU, then issues: max(GPU, host) per op
             synced = True
             issued = finish = max(finish, issued) + max(seconds, host_s)
         else:

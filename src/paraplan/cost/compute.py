@@ -48,11 +48,13 @@ _ATTN_SEQ_HALF = 384.0
 
 def _wave_efficiency(shape: GemmShape, gpu: GpuSpec) -> float:
     tile_m, tile_n = _TILE_BIG if gpu.sm_count >= 132 else _TILE_SMALL
-    tiles = math.ceil(shape.m / tile_m) * math.ceil(shape.n / tile_n) * shape.count
-    waves = math.ceil(tiles / gpu.sm_count)
-    fill = tiles / (waves * gpu.sm_count)
+    m, n, sm_count = shape.m, shape.n, gpu.sm_count
+    tiles_m, tiles_n = math.ceil(m / tile_m), math.ceil(n / tile_n)
+    tiles = tiles_m * tiles_n * shape.count
+    waves = math.ceil(tiles / sm_count)
+    fill = tiles / (waves * sm_count)
     # Padding waste inside tiles for dims that are not tile multiples.
-    pad = (shape.m / (math.ceil(shape.m / tile_m) * tile_m)) * (shape.n / (math.ceil(shape.n / tile_n) * tile_n))
+    pad = (m / (tiles_m * tile_m)) * (n / (tiles_n * tile_n))
     return fill * (0.5 + 0.5 * pad)
 
 
@@ -107,13 +109,12 @@ def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     # operands as the GEMM reads them: quantised (data and block scales), or 16/32-bit
     element_bytes = recipe.element_bytes if recipe is not None else 4 if precision == "fp32" else 2
     out_bytes = 4 if precision == "fp32" else 2
-    io_bytes = (
-        element_bytes * (shape.m * shape.k + shape.k * shape.n) * shape.count
-        + out_bytes * shape.m * shape.n * shape.count
-    )
+    m, n, k, count = shape.m, shape.n, shape.k, shape.count
+    io_bytes = element_bytes * (m * k + k * n) * count + out_bytes * m * n * count
     compute_s = op.flops / (peak * eff)
     memory_s = io_bytes / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
-    return max(compute_s, memory_s) + activation_quantize_s(op, gpu, cal) + cal.kernel_launch_s
+    quantize_s = activation_quantize_s(op, gpu, cal) if recipe is not None else 0.0  # 16-bit: none
+    return max(compute_s, memory_s) + quantize_s + cal.kernel_launch_s
 
 
 # Flash attention's rate against head dim, relative to 128: (d / 128) ** 0.26 for the head dims kernels are

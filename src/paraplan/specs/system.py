@@ -22,6 +22,7 @@ PRECISION_PEAK_KEY: Mapping[str, str] = MappingProxyType(
         "nvfp4": "fp4",  # NVFP4 (Blackwell)
     }
 )
+_PEAK_FIELD = {precision: f"{key}_tflops" for precision, key in PRECISION_PEAK_KEY.items()}  # `GpuSpec.peak_flops`
 
 
 INF = float("inf")
@@ -78,8 +79,8 @@ class GpuSpec:
         return {"fp16": self.fp16_tflops, "bf16": self.bf16_tflops, "fp8": self.fp8_tflops, "fp4": self.fp4_tflops}
 
     def peak_flops(self, precision: str) -> float:
-        key = PRECISION_PEAK_KEY.get(precision, precision)
-        tflops = getattr(self, f"{key}_tflops", 0.0) or self.fp16_tflops
+        name = _PEAK_FIELD.get(precision)
+        tflops = getattr(self, name if name is not None else f"{precision}_tflops", 0.0) or self.fp16_tflops
         return tflops * 1e12
 
     def supports(self, precision: str) -> bool:
