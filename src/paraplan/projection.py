@@ -265,7 +265,9 @@ def _layout_parts(
     stage_parts = []
     for s in split_stages(model, split):
         layers = range(s.first_layer, s.first_layer + s.num_layers)
-        bf16 = tuple(is_bf16_layer(i, model.num_layers, bf16_edge_layers) for i in layers)
+        bf16 = (  # none without BF16 edge layers (the kinds' slice holds the stage's length)
+            tuple(is_bf16_layer(i, model.num_layers, bf16_edge_layers) for i in layers) if any(bf16_edge_layers) else ()
+        )
         key = (kind_names[s.first_layer : s.first_layer + s.num_layers], bf16, s.has_embedding, s.has_head)
         parts = same.get(key) if per_layer is None else None
         if parts is None:
