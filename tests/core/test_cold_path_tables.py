@@ -131,3 +131,15 @@ def test_backward_ops_are_what_dataclasses_replace_built() -> None:
                 replace(op, phase=second, gemm=GemmShape(g.k, g.n, g.m, g.count), saved_bytes=0.0),
             ]
             assert backward_ops(op) == expected
+    # every kind of op (GEMMs, flash and unfused attention, elementwise, collectives, a scan): `backward_ops` as the
+    # `_op_with` it builds positionally stands for
+    hybrid = model_preset("nemotron-h-8b")
+    unfused = L.Shard.of(_train(tp=2, cp=2, sp=True, attention_backend="unfused", kernel_fusion=False))
+    others = [op for kind in ("mamba", "attention", "mlp") for op in K.layer_kind(kind).ops(hybrid, unfused)]
+    for op in ops + others:
+        for grad in backward_ops(op):
+            kept = ("kind", "attention", "scan", "precision", "backward_bytes", "expert")
+            assert all(getattr(grad, name) == getattr(op, name) for name in kept), op.name
+            assert grad.phase is not Phase.FORWARD and grad.name.startswith(op.name) and grad.tags >= op.tags
+            assert (grad.gemm is None) == (op.gemm is None) and (grad.comm is None) == (op.comm is None)
+            assert grad.saved_bytes == (op.saved_bytes if op.comm is not None else 0.0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from paraplan.graph.ops import CommKind, GemmShape, Op, OpKind, Phase
+from paraplan.graph.ops import CommKind, CommShape, GemmShape, Op, OpKind, Phase
 
 # A TP collective whose backward is a column-parallel linear's input-gradient collective (`graph.layers`), and the
 # backward's second gather of that linear's sequence-parallel input
@@ -52,13 +52,26 @@ def _op_with(op: Op, **changes: object) -> Op:
     return Op(*[changes[name] if name in changes else getattr(op, name) for name in _OP_FIELDS])  # type: ignore[arg-type]
 
 
-def _gemm_grad(op: Op, phase: Phase, gemm: GemmShape) -> Op:
-    """`_op_with(op, phase=phase, gemm=gemm, saved_bytes=0.0)` in one call (a GEMM's two gradients are most of a
-    block's backward ops)."""
+def _grad_op(
+    op: Op,
+    phase: Phase,
+    flops: float,
+    bytes_moved: float,
+    gemm: GemmShape | None,
+    comm: CommShape | None,
+    saved_bytes: float,
+    host_ops: int,
+) -> Op:
+    """`_op_with(op, phase=..., flops=..., ...)` of the fields a backward op changes, in one call (a block's backward
+    is built for every block shape a projection meets)."""
     return Op(
-        op.name, op.kind, phase, op.flops, op.bytes_moved, gemm, op.attention, op.comm, op.scan, 0.0, op.precision,
-        op.tags, op.host_ops, op.backward_bytes, op.expert,
+        op.name, op.kind, phase, flops, bytes_moved, gemm, op.attention, comm, op.scan, saved_bytes, op.precision,
+        op.tags, host_ops, op.backward_bytes, op.expert,
     )  # fmt: skip
+
+
+def _gemm_grad(op: Op, phase: Phase, gemm: GemmShape) -> Op:
+    return _grad_op(op, phase, op.flops, op.bytes_moved, gemm, op.comm, 0.0, op.host_ops)
 
 
 def backward_ops(op: Op) -> list[Op]:
@@ -70,15 +83,8 @@ def backward_ops(op: Op) -> list[Op]:
             return [dx, _gemm_grad(op, Phase.BACKWARD_INPUT, GemmShape(g.k, g.n, g.m, g.count))]
         return [dx, _gemm_grad(op, Phase.BACKWARD_WEIGHT, GemmShape(g.k, g.n, g.m, g.count))]
     if op.kind is OpKind.ATTENTION:
-        return [
-            _op_with(
-                op,
-                phase=Phase.BACKWARD_INPUT,
-                flops=op.flops * FLASH_BACKWARD_FLOPS,
-                bytes_moved=op.bytes_moved * 2,
-                saved_bytes=0.0,
-            )
-        ]
+        flops, moved = op.flops * FLASH_BACKWARD_FLOPS, op.bytes_moved * 2
+        return [_grad_op(op, Phase.BACKWARD_INPUT, flops, moved, op.gemm, op.comm, 0.0, op.host_ops)]
     if op.kind is OpKind.SCAN:
         return [
             _op_with(
@@ -89,17 +95,13 @@ def backward_ops(op: Op) -> list[Op]:
     if op.kind is OpKind.ELEMENTWISE:
         moved = op.bytes_moved * ELEMENTWISE_BACKWARD_TRAFFIC if op.backward_bytes is None else op.backward_bytes
         # an eager split is a view forward (no kernel) and one concatenation backward
-        return [
-            _op_with(
-                op, phase=Phase.BACKWARD_INPUT, bytes_moved=moved, flops=op.flops * 2, saved_bytes=0.0,
-                host_ops=max(op.host_ops, 1),
-            )
-        ]  # fmt: skip
+        return [_grad_op(op, Phase.BACKWARD_INPUT, op.flops * 2, moved, op.gemm, op.comm, 0.0, max(op.host_ops, 1))]
     comm = op.comm
     assert comm is not None
     factor = 2.0 if comm.kind is CommKind.SEND_RECV else 1.0  # CP: K/V again plus their gradients
     mirrored = replace(comm, kind=_MIRROR[comm.kind], bytes=comm.bytes * factor)
-    out = [_op_with(op, phase=Phase.BACKWARD_INPUT, comm=mirrored, bytes_moved=comm.bytes * factor)]
+    out = [_grad_op(op, Phase.BACKWARD_INPUT, op.flops, comm.bytes * factor, op.gemm, mirrored, op.saved_bytes,
+                    op.host_ops)]  # fmt: skip
     if TP_INPUT_GRAD <= op.tags and comm.kind is CommKind.ALL_GATHER:
         out.append(_op_with(op, name=f"{op.name}_regather", phase=Phase.BACKWARD_INPUT, tags=op.tags | TP_REGATHER))
     return out
