@@ -35,6 +35,7 @@ COMM_LABEL = {
 # `hybrid_flops` counts the Mamba scan and the Gated DeltaNet core)
 MATMUL_KINDS = (OpKind.GEMM, OpKind.ATTENTION, OpKind.SCAN)
 CLOCK_BOUND_KINDS = MATMUL_KINDS  # compute-bound kernels, slowed by the slowest chip (`at_scale`)
+_COMM, _ATTENTION, _GEMM = OpKind.COMM, OpKind.ATTENTION, OpKind.GEMM  # read once per op in `_phase_times`
 
 
 class OpTimer(Protocol):
@@ -332,10 +333,12 @@ def _phase_times(
     # the context read once per phase, not per op
     graphs, host_sync, timer = ctx.cuda_graphs, ctx.moe_host_sync, ctx.timer
     gpu_spec, cal = ctx.system.gpu, ctx.cal
+    attention_s = gemm_s = profiled_s = 0.0  # added up per op, in op order, then stored
     for op in ops:
+        kind = op.kind
         behind_sync = host_sync and "moe" in op.tags  # an MoE op after the token counts' host sync
         captured = graphs and not behind_sync  # replays in the graph
-        if op.kind is OpKind.COMM:
+        if kind is _COMM:
             label = COMM_LABEL[op.comm.axis]
             seconds, source = _comm_time(op, ctx)
             out.comm_total_s[label] = out.comm_total_s.get(label, 0.0) + seconds
@@ -351,7 +354,7 @@ def _phase_times(
                 continue
             out.comm_exposed_s[label] = out.comm_exposed_s.get(label, 0.0) + seconds * share
             exposed_in_queue += seconds * share
-            finish = max(finish, issued) + seconds * share
+            finish = (issued if issued > finish else finish) + seconds * share  # max(finish, issued)
             continue
         timed = timer(op) if timer is not None else None
         if timed is None:
@@ -362,8 +365,8 @@ def _phase_times(
                 if seconds is None:
                     seconds = known_s[id(op)] = compute_time_s(op, gpu_spec, cal)
         else:  # a kernel measured on one chip: compute-bound ones run at the pace of the job's slowest chip
-            seconds = timed[0] * (cal.compute_slowdown if op.kind in CLOCK_BOUND_KINDS else 1.0)
-            out.profiled_s += seconds
+            seconds = timed[0] * (cal.compute_slowdown if kind in CLOCK_BOUND_KINDS else 1.0)
+            profiled_s += seconds
         host_s = 0.0 if captured else host_s_per_op * op.host_ops
         gpu += seconds
         if behind_sync:  # the host waits for the GPU, then issues: max(GPU, host) per op
@@ -371,11 +374,12 @@ def _phase_times(
             issued = finish = max(finish, issued) + max(seconds, host_s)
         else:
             issued += host_s
-            finish = max(finish, issued) + seconds
-        if op.kind is OpKind.ATTENTION or is_weightless_gemm(op):
-            out.attention_s += seconds
-        elif op.kind is OpKind.GEMM:
-            out.gemm_s += seconds
+            finish = (issued if issued > finish else finish) + seconds  # max(finish, issued)
+        if kind is _ATTENTION or (kind is _GEMM and is_weightless_gemm(op)):
+            attention_s += seconds
+        elif kind is _GEMM:
+            gemm_s += seconds
+    out.attention_s, out.gemm_s, out.profiled_s = attention_s, gemm_s, profiled_s
     compute = finish - exposed_in_queue
     hidden = 0.0
     for label, total in deferred.items():
