@@ -18,7 +18,7 @@ Three nested quantities per GPU (`RankMemory`):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -126,10 +126,14 @@ class MemoryResult:
     ranks: tuple[RankMemory, ...]
     capacity_bytes: float
     headroom: float = HEADROOM
+    _peak: list[RankMemory] = field(default_factory=list, init=False, repr=False, compare=False)
+    """`peak`, once found (the tuner reads it three times: the filter's verdict, the peak, the fit)."""
 
     @property
     def peak(self) -> RankMemory:
-        return max(self.ranks, key=lambda r: r.total_bytes)
+        if not self._peak:
+            self._peak.append(max(self.ranks, key=lambda r: r.total_bytes))
+        return self._peak[0]
 
     @property
     def peak_gib(self) -> float:
@@ -444,10 +448,14 @@ def pipeline_memory(
     gathered: float | None = None  # looked up once, when a rank's states are not cached
     ranks = []
     for r, row in enumerate(holder):
-        dense = sum(stages[i].dense_params for i in row)
-        expert = sum(stages[i].expert_params for i in row)
-        edge = sum(stages[i].edge_params for i in row)
-        logits = max((stages[i].loss_logits for i in row), default=0.0)
+        if len(row) == 1:  # one stage: its figures as they are (a sum of one is that one, to the bit)
+            one = stages[row[0]]
+            dense, expert, edge, logits = one.dense_params, one.expert_params, one.edge_params, one.loss_logits
+        else:
+            dense = sum(stages[i].dense_params for i in row)
+            expert = sum(stages[i].expert_params for i in row)
+            edge = sum(stages[i].edge_params for i in row)
+            logits = max((stages[i].loss_logits for i in row), default=0.0)
         key = (dense, expert, edge, logits, max_layer_params)
         rank = cache.get(key)
         if rank is None:
