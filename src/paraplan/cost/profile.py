@@ -406,6 +406,9 @@ class Profile:
         self.created_utc = created_utc
         self.provenance: dict[str, Any] = dict(provenance or {})
         self._cache: dict[tuple[str, tuple[float, ...]], float | None] = {}
+        # what the collective lookups ask of the regressors, once (`has_collective`, `measured_gpus_per_node`)
+        self._has_collective: dict[CommKind, bool] = {}
+        self._gpus_per_node: list[int | None] = []
 
     # ---- file format -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -551,21 +554,27 @@ class Profile:
 
     def has_collective(self, kind: CommKind) -> bool:
         """Whether any topology of this collective was fitted (reduce-scatter: of all-gather too)."""
-        names = [COLLECTIVE_NAMES.get(kind)]
-        if kind is CommKind.REDUCE_SCATTER:
-            names.append(COLLECTIVE_NAMES[CommKind.ALL_GATHER])
-        return any(r.kind == "collective" and r.name.split(".")[0] in names for r in self.regressors.values())
+        known = self._has_collective.get(kind)
+        if known is None:
+            names = [COLLECTIVE_NAMES.get(kind)]
+            if kind is CommKind.REDUCE_SCATTER:
+                names.append(COLLECTIVE_NAMES[CommKind.ALL_GATHER])
+            known = any(r.kind == "collective" and r.name.split(".")[0] in names for r in self.regressors.values())
+            self._has_collective[kind] = known
+        return known
 
     @property
     def measured_gpus_per_node(self) -> int | None:
         """GPUs per node of the system the collectives were measured on: the most GPUs per node among the fitted
         topologies (a measurement places no more in a node than it has); None without collective regressors."""
-        counts = [
-            int(match.group(1))
-            for r in self.regressors.values()
-            if r.kind == "collective" and (match := re.search(r"\.\d+x(\d+)$", r.name))
-        ]
-        return max(counts, default=None)
+        if not self._gpus_per_node:
+            counts = [
+                int(match.group(1))
+                for r in self.regressors.values()
+                if r.kind == "collective" and (match := re.search(r"\.\d+x(\d+)$", r.name))
+            ]
+            self._gpus_per_node.append(max(counts, default=None))
+        return self._gpus_per_node[0]
 
     def collective(self, comm: CommShape, nodes: int, gpus_per_node: int) -> tuple[str, float] | Modelled:
         """(regressor, seconds) of one collective on a group spread over `nodes` x `gpus_per_node` GPUs, or why the

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import date
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -32,6 +32,7 @@ def _squashed(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum())
 
 
+@lru_cache(maxsize=256)
 def gpu_chip(name: str) -> str:
     """The chip a GPU preset or device name stands for: the preset's first part, squashed ("a100-sxm4-80gb" ->
     "a100"), or the chip of the preset a device name maps to ("NVIDIAGH200120GB" -> "gh200"); "" when unknown."""
