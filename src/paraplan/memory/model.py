@@ -440,9 +440,7 @@ def pipeline_memory(
     its largest at once (an upper bound). A callable gives them when first needed: a plan's moments cost
     milliseconds to find (`Plan.memory_moments`), and only torchtitan under PP reads them.
     `states_cache`: the ranks' `RankStates` already computed for this model, shard and spec (any recompute)."""
-    max_layer_params = max((s.max_layer_params for s in stages), default=0.0)
-    max_full_saved = max((s.max_full_saved_bytes for s in stages), default=0.0)
-    max_transient = max((s.max_backward_transient_bytes for s in stages), default=0.0)
+    max_layer_params, max_full_saved, max_transient = _stage_maxima(stages)
     comm_buffers = comm_buffer_bytes(model, shard, train)
     cache: RankStatesCache = {} if states_cache is None else states_cache
     gathered: float | None = None  # looked up once, when a rank's states are not cached
@@ -482,6 +480,23 @@ def pipeline_memory(
             )
         )  # fmt: skip
     return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)
+
+
+def _stage_maxima(stages: Sequence[StageFootprint]) -> tuple[float, float, float]:
+    """The largest layer's parameters, fully recomputed working set and backward transient over the stages: each
+    `max(..., default=0.0)` of its field (the first of equal ones), in one pass."""
+    if not stages:
+        return 0.0, 0.0, 0.0
+    first = stages[0]
+    params, full, transient = first.max_layer_params, first.max_full_saved_bytes, first.max_backward_transient_bytes
+    for s in stages:
+        if s.max_layer_params > params:
+            params = s.max_layer_params
+        if s.max_full_saved_bytes > full:
+            full = s.max_full_saved_bytes
+        if s.max_backward_transient_bytes > transient:
+            transient = s.max_backward_transient_bytes
+    return params, full, transient
 
 
 def _gathered_params(model: ModelSpec, shard: Shard, train: TrainingSpec, max_layer_params: float) -> float:

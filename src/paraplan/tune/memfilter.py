@@ -35,6 +35,8 @@ class StageCache:
         self.model = model
         self.layouts: dict[PipelineSplit, dict[tuple, tuple[Parts, ...]]] = {}
         self.footprints: dict[L.Shard, dict[Parts, StageFootprint]] = {}
+        # each layout's stage footprints in stage order, by (split, shard), then layer modes
+        self.layout_footprints: dict[tuple[PipelineSplit, L.Shard], dict[tuple, list[StageFootprint]]] = {}
 
 
 class GroupMemory:
@@ -67,6 +69,7 @@ class GroupMemory:
             stages = StageCache(model)
         self._layouts = stages.layouts.setdefault(self.split, {})
         self._footprints = stages.footprints.setdefault(self.shard, {})
+        self._layout_footprints = stages.layout_footprints.setdefault((self.split, self.shard), {})
 
     def train_for(self, mode: str, full_layers: int | None = None) -> TrainingSpec:
         """The structure's training spec with this recompute (built once, positionally: `spec_with`; the tuner asks
@@ -94,7 +97,11 @@ class GroupMemory:
         stage_parts = self._layouts.get(modes)
         if stage_parts is None:
             stage_parts = self._layouts[modes] = _layout_parts(self.model, self.split, *modes)[0]
-        footprints = stage_footprints(stage_parts, self.model, self.shard, self._footprints)
+        footprints = self._layout_footprints.get(modes)
+        if footprints is None:  # the same layout and shard in another structure: the same footprints (read only)
+            footprints = self._layout_footprints[modes] = stage_footprints(
+                stage_parts, self.model, self.shard, self._footprints
+            )
         peaks = [
             peak_live_bytes(self.plan, r, [footprints[i].saved_bytes for i in row]) for r, row in enumerate(self.holder)
         ]
