@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from paraplan.graph.kinds.base import LayerKind, OpsBuilder, Placement
 from paraplan.specs.model import ModelSpec
 
 
@@ -23,3 +24,10 @@ def present_symbol(symbol: str) -> Callable[[ModelSpec], bool]:
         return model.pattern_count(symbol) > 0
 
     return present
+
+
+def hybrid_kind(name: str, symbol: str, ops: OpsBuilder) -> LayerKind:
+    """The decoder layer kind of the hybrid blocks written `symbol` (`claims_symbol`, `present_symbol`)."""
+    return LayerKind(
+        name=name, placement=Placement.LAYER, ops=ops, claims=claims_symbol(symbol), present=present_symbol(symbol)
+    )

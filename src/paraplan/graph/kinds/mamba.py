@@ -3,15 +3,8 @@ out_proj, residual (`paraplan.graph.mamba`)."""
 
 from __future__ import annotations
 
-from paraplan.graph.kinds.base import LayerKind, Placement
-from paraplan.graph.kinds.hybrid_common import claims_symbol, present_symbol
+from paraplan.graph.kinds.hybrid_common import hybrid_kind
 from paraplan.graph.mamba import mamba_mixer_ops
 from paraplan.specs.model import MAMBA
 
-KIND = LayerKind(
-    name="mamba",
-    placement=Placement.LAYER,
-    ops=mamba_mixer_ops,
-    claims=claims_symbol(MAMBA),
-    present=present_symbol(MAMBA),
-)
+KIND = hybrid_kind("mamba", MAMBA, mamba_mixer_ops)
