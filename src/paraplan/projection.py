@@ -285,7 +285,7 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
     """Parameters and saved bytes of one model stage: its blocks' (`block_memory_of`) added up."""
     dense = expert = saved = max_layer = max_full_saved = loss_logits = edge = max_transient = 0.0
     run_heads = run_inner = 0  # Megatron's uniform method: the layers that keep a run's input, and the others
-    present = {kind for kind, _, _, _ in parts}
+    present = {kind for kind, _, _, _ in parts} if model.tied_embeddings else set()  # read with tied embeddings only
     for kind, mode, count, bf16 in parts:
         layer_kind = K.layer_kind(kind)
         memory = block_memory_of(kind, model, part_shard(shard, bf16), mode)
