@@ -73,6 +73,33 @@ warm 1.029 (1.520, 1.48x); --repeat 2 --rounds 2 vs 1153425: public cold 1.789 m
 (1.639, 1.02x); 405b cold 3.276 ms (5.730, 1.75x), kept 2.385 (2.849, 1.19x), warm 1.025 (1.449, 1.41x); every
 public.csv projection identical to 1153425's (3,654, compiled and PARAPLAN_NO_JIT=1).
 
+The cold path's Python trimmed (issue 35, branch speed3, 2026-12-05; every result the same to the bit). Profile
+before (cProfile, the 151 public rows x 3 cold, main 311b530; shares of project_specs): the simulation 27% (plan 11%,
+timeline 7%, tables 4%, summarize 3.6%), stage and block costs 42% (`block_cost` 21%, a block's operators and their
+backward 9%), layouts 14% (of it the decoder kinds 10.5%: every registered kind asked for every layer), model FLOPs
+3.9%, memory 3.0%, calibration 1.6%. Without the profiler, the median public row (pp 4, 1F1B, 32 micro-batches) spent
+0.85 ms of 1.85 in the stage sums, 0.46 in the simulation, 0.16 in the layouts. What changed: a layer kind says
+whether it can claim any layer of a model (`LayerKind.present`), so a model without those kinds skips the per-layer
+lookup; the recompute of a whole forward is the forward's phase as timed, a partial one reuses its ops' seconds;
+backward ops are built in one `Op` call each; `_phase_times` reads each op once and sums in locals; a GEMM's tile
+counts once and no quantisation call for 16-bit GEMMs; `BlockContext.for_block` keeps the other-scope context;
+`MemoryResult.peak` is found once. Profile after (the same runs): the simulation 34% (plan 14%, timeline 8.5%, tables
+5.4%, summarize 4.1%), stage and block costs 44% (`block_cost` 22%, operators and backward 9.5%), layouts 4.3%
+(decoder kinds 0.3%), model FLOPs 4.9%, memory 2.3%, calibration 1.0%. What is left is Python spread thin over every
+step (per-op costing of about 40 ops x 3 phases x 2 chip speeds per block kind, building the ops as frozen dataclasses,
+the plan, tables, timeline and summary): no single piece holds more than a fifth, so the 10x needs the blocks costed
+without per-op Python (ops built as arrays by the graph builders, costed by one compiled call) and the simulation's
+closed form where the schedule has one; neither is done. Measured 2026-12-05 08:48 (load average 1.1-1.8 on 2 shared
+cores), --repeat 3 --rounds 3, medians, vs 2b721e1:
+  public rows (151), cold:                 1.553 ms, baseline 2.838 ms: 1.83x  (target 10x: not met)
+  public rows, cold, schedules kept:       1.359 ms, baseline 2.146 ms: 1.58x
+  llama3.1-405b, cold:                     3.018 ms, baseline 6.950 ms: 2.30x  (target <= 5 ms: met)
+  llama3.1-405b, cold, schedules kept:     2.163 ms, baseline 4.051 ms: 1.87x
+  llama3.1-405b, warm:                     1.028 ms, baseline 1.524 ms: 1.48x
+and vs main under this work (095c687), --identical: public cold 1.567 ms (1.826, 1.17x), kept 1.371 (1.640, 1.20x);
+405b cold 2.989 ms (3.394, 1.14x), kept 2.134 (2.552, 1.20x), warm 1.029 (1.048, 1.02x); every public.csv projection
+identical to 095c687's (3,654 compared, 0 differ; with PARAPLAN_NO_JIT=1 too).
+
 `--identical` also compares every projection of public.csv (all sources, analytic and with the shipped fitted
 profiles: the whole Projection's repr) with the baseline's: all 3,654 identical (1,829 rows, 4 unread in both)
 against 5a72f49, main under this work (against an older ref, figures that work merged since changed show too).

@@ -76,6 +76,21 @@ before; what is left per variant is Python: duration tables, summaries, per-rank
 3,000/s and 2,000/s targets are not met: batching the variants of a structure (one simulation, batched tables) is
 what is left.
 
+Per-candidate Python trimmed (issue 35, branch speed3, 2026-12-05; the same evaluations, the same top five and best
+step times to the bit, analytic and fitted). --profile before: the projection 53% (the simulation 23%, stage and block
+costs 18%, memory per rank 15.5%), the memory filter 34%, candidates 7%; the fitted search (GH200 profile) spent 12.5%
+of its time matching the profile's GPU name to a preset (`gpu_chip` -> `preset_for_device`, twice per collective) and
+its regressors were scanned again per collective (`has_collective`, `measured_gpus_per_node`). What changed: those
+three found once (a cache on `gpu_chip`, memos on the `Profile`); the filter's stage footprints once per (split, shard,
+layer modes) for every structure; `MemoryResult.peak` once (the filter, the peak and the fit each asked); a one-stage
+rank's figures read directly and the stage maxima in one pass in `pipeline_memory`; and the cold-path changes above
+(`bench_projection.py`). --versus --repeat 2 --workers 2, 2026-12-05 08:50 (load average 1.8-2.9), by CPU time:
+against 095c687 (main under this work) analytic 1,042/s -> 1,563/s (1.50x), fitted 924/s -> 1,028/s (1.11x); against
+2b721e1 analytic 1,211/s -> 1,547/s (1.28x), fitted 745/s -> 1,014/s (1.36x); wall 522 -> 782/s and 463 -> 514/s
+(vs 095c687). The best step times equal 095c687's (2b721e1's differ by the model changes merged since, not by this
+work). The 3,000/s and 2,000/s targets are not met: what is left is Python per variant (the simulation's tables and
+summary, per-rank memory, specs and candidates), the batching of a structure's variants into one simulation.
+
 Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only] [--no-baseline] [--profile] [--versus [REF]]
 """
 
