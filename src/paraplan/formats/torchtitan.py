@@ -105,6 +105,11 @@ FLOAT8_CONVERTERS = frozenset({"float8", "quantize.linear.float8"})
 MX_CONVERTERS = frozenset({"mx", "quantize.linear.mx"})
 
 
+def _compiled(doc: dict[str, Any], training: dict[str, Any]) -> bool:
+    """torch.compile on: `compile.enable` (torchtitan 0.2.0) or `training.compile` (before)."""
+    return bool(doc.get("compile", {}).get("enable", training.get("compile", False)))
+
+
 def torchtitan_split(num_layers: int, stages: int, first_weight: int, last_weight: int) -> list[int] | None:
     """Decoder layers per stage as torchtitan's `generate_llm_fqn_per_model_part` assigns them: the
     embedding and output count as `first_weight` and `last_weight` layers; earlier stages take the extra."""
@@ -225,7 +230,10 @@ def torchtitan_from_doc(
         fsdp=shard != 1,
         overlap_param_gather=shard != 1,
         # torch.compile fuses the norms, SwiGLU and rotary; without it torchtitan runs eager PyTorch
-        kernel_fusion=bool(doc.get("compile", {}).get("enable", training.get("compile", False))),
+        kernel_fusion=_compiled(doc, training),
+        # the loss is compiled with the model: `compile.components` (0.2.0, default both) or, with the older
+        # `training.compile`, always (0.1.0 `build_cross_entropy_loss`; before June 2025 it was not)
+        loss_compiled=_compiled(doc, training) and "loss" in doc.get("compile", {}).get("components", ["loss"]),
     )
     if dp is not None:
         train["data_parallel_size"] = dp
@@ -540,7 +548,10 @@ def write_torchtitan(model: ModelSpec, system: SystemSpec, train: TrainingSpec, 
         "training": training,
         "parallelism": par,
         "activation_checkpoint": ac,
-        "compile": {"enable": train.kernel_fusion, "components": ["model", "loss"]},
+        "compile": {
+            "enable": train.kernel_fusion,
+            "components": ["model", "loss"] if train.loss_compiled else ["model"],
+        },
     }
     if train.precision in ("fp8", "fp8_cs", "fp8_blockwise"):
         if train.precision == "fp8":

@@ -147,10 +147,17 @@ class Shard:
 
 def loss_saved_logit_bytes(train: TrainingSpec) -> int:
     """Bytes per logit the loss saves for backward: the fp32 softmax or log-probabilities (`LOGIT_BYTES`), or the
-    16-bit logits themselves under a loss that keeps its input (`SIXTEEN_BIT_LOSS_FRAMEWORKS`)."""
-    if train.framework in SIXTEEN_BIT_LOSS_FRAMEWORKS:
+    16-bit logits themselves under a loss that keeps its input (`SIXTEEN_BIT_LOSS_FRAMEWORKS`, a compiled loss)."""
+    if train.framework in SIXTEEN_BIT_LOSS_FRAMEWORKS or compiled_loss_keeps_logits(train):
         return activation_bytes(train.precision)
     return LOGIT_BYTES
+
+
+def compiled_loss_keeps_logits(train: TrainingSpec) -> bool:
+    """A compiled loss over logits held whole on the rank (`TrainingSpec.loss_compiled`): its fused kernels save the
+    16-bit logits. Under torchtitan's vocab-parallel `loss_parallel()` (TP > 1) the loss runs on DTensors whose
+    backward (`_nll_loss_and_log_softmax_backward`) is modelled as eager (`memory.loss`)."""
+    return train.loss_compiled and not (train.framework == "torchtitan" and train.tp > 1)
 
 
 def _gemm(

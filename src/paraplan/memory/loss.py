@@ -31,7 +31,7 @@ The implementations differ:
 
 from __future__ import annotations
 
-from paraplan.graph.layers import SIXTEEN_BIT_LOSS_FRAMEWORKS
+from paraplan.graph.layers import SIXTEEN_BIT_LOSS_FRAMEWORKS, compiled_loss_keeps_logits
 from paraplan.specs.training import TrainingSpec
 
 MEGATRON_LOSS_EXTRA_BYTES = 2.0
@@ -48,7 +48,8 @@ def torch_loss_parallel(train: TrainingSpec) -> bool:
 
 def loss_extra_bytes_per_logit(train: TrainingSpec) -> float:
     """Bytes per logit element the loss holds at its peak beyond the tensor it saves."""
-    if train.framework in SIXTEEN_BIT_LOSS_FRAMEWORKS:
+    if train.framework in SIXTEEN_BIT_LOSS_FRAMEWORKS or compiled_loss_keeps_logits(train):
+        # a compiled loss: one fused backward kernel writes the 16-bit gradient of the saved 16-bit logits
         return FUSED_16BIT_LOSS_EXTRA_BYTES
     if train.framework not in TORCH_LOSS_FRAMEWORKS:
         return MEGATRON_LOSS_EXTRA_BYTES

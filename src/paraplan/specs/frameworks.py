@@ -47,6 +47,8 @@ MEGATRON_ASYNC_TP_FROM = date(2022, 1, 1)
 # Megatron-core's 2024 releases; `--attention-backend auto` later), whose DotProductAttention runs flash / cuDNN fused
 # attention; no activation recompute unless `--recompute-granularity` is given. The papers' era before it.
 MEGATRON_CORE_FROM = date(2024, 1, 1)
+# torchtitan 0.1.0, its first PyPI release (wheel built 2025-06-18), compiles the loss whenever it compiles the model
+TORCHTITAN_COMPILED_LOSS_FROM = date(2025, 6, 18)
 
 _MEGATRON_PAPERS = dict(
     # unfused core attention (fused softmax kernel; flash attention arrived in 2022-23), torch DDP with overlapped
@@ -167,20 +169,35 @@ ERAS: tuple[DefaultsEra, ...] = (
         recompute_granularity="none",
         cross_entropy_fusion=True,
     ),
-    _era(
-        # torchtitan: FSDP2 FULL_SHARD, SDPA flash attention, `activation_checkpoint.mode = "selective"`, sequence
-        # parallel in its TP plan, torch cross-entropy (torchtitan config_manager.py, train_configs/*.toml, 2024-25)
-        "torchtitan",
-        "torchtitan",
-        None,
-        None,
-        "torchtitan torchtitan/config_manager.py (2024-25)",
-        attention_backend="flash",
-        fsdp=True,
-        zero_stage=3,
-        sequence_parallel="tp>1",
-        recompute_granularity="selective",
-        cross_entropy_fusion=True,
+    *(
+        _era(
+            # torchtitan: FSDP2 FULL_SHARD, SDPA flash attention, `activation_checkpoint.mode = "selective"`, sequence
+            # parallel in its TP plan, torch cross-entropy (torchtitan config_manager.py, train_configs/*.toml,
+            # 2024-25). From 0.1.0 (PyPI wheel of 2025-06-18) the loss is compiled with the model
+            # (`build_cross_entropy_loss`), as torch.compile (kernel fusion) is assumed on: its 16-bit logits saved.
+            "torchtitan",
+            label,
+            since,
+            until,
+            source,
+            attention_backend="flash",
+            fsdp=True,
+            zero_stage=3,
+            sequence_parallel="tp>1",
+            recompute_granularity="selective",
+            cross_entropy_fusion=True,
+            loss_compiled=compiled,
+        )
+        for label, since, until, source, compiled in (
+            ("torchtitan", None, TORCHTITAN_COMPILED_LOSS_FROM, "torchtitan config_manager.py (2024)", False),
+            (
+                "torchtitan 0.1.0+",
+                TORCHTITAN_COMPILED_LOSS_FROM,
+                None,
+                "torchtitan 0.1.0 components/loss.py, 0.2.0 config/job_config.py `Compile.components`",
+                True,
+            ),
+        )
     ),
 )
 

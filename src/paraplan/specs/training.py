@@ -174,6 +174,12 @@ class TrainingSpec:
     """Megatron `--cross-entropy-loss-fusion` (NeMo / Megatron-Bridge recipes turn it on): one fused kernel
     for the vocab-parallel loss; off (Megatron-LM's default) runs it as eager fp32 PyTorch, about four times
     the memory traffic over the logits (`paraplan.graph.kernels`)."""
+    loss_compiled: bool = False
+    """The loss function under torch.compile: torchtitan compiles it whenever it compiles (0.1.0, June 2025:
+    `build_cross_entropy_loss` with `training.compile`; 0.2.0: `compile.components`, default ["model", "loss"]).
+    Inductor fuses the fp32 cast, log-softmax and nll over the 16-bit logits (torchtitan's `cross_entropy_loss` casts
+    inside the loss since 0.1.0): it saves the 16-bit logits and writes a 16-bit gradient, no fp32 log-probabilities
+    (`memory.loss`)."""
     pipeline_schedule: str = DEFAULT_SCHEDULE
     """A name in `paraplan.specs.schedule.SCHEDULES` (validated there); `schedule` is its declaration."""
     decoder_first_pipeline_num_layers: int | None = None

@@ -330,10 +330,15 @@ def _shape_fill(row: dict[str, str]) -> tuple[dict[str, str], list[Assumption]]:
 
 def release_date(row: dict[str, str]) -> date | None:
     """The release a row's run used: a NeMo / Megatron-Bridge container release YY.MM named in its source
-    ("MegatronBridge_perf_summary_26.02": February 2026), else the source's own date (`_source_date`)."""
-    named = re.search(r"_(\d{2})\.(\d{2})$", (row.get("source") or "").strip())
+    ("MegatronBridge_perf_summary_26.02": February 2026) or a month YYYYMM ("torchtitan_benchmarks_202412": December
+    2024), else the source's own date (`_source_date`)."""
+    source = (row.get("source") or "").strip()
+    named = re.search(r"_(\d{2})\.(\d{2})$", source)
     if named and 1 <= int(named.group(2)) <= 12:
         return date(2000 + int(named.group(1)), int(named.group(2)), 1)
+    month = re.search(r"_(20\d{2})(\d{2})$", source)
+    if month and 1 <= int(month.group(2)) <= 12:
+        return date(int(month.group(1)), int(month.group(2)), 1)
     return _source_date(row)
 
 
