@@ -183,7 +183,13 @@ def build_validate(result: ValidationReport, title: str = "") -> Report:
         figures.append(memory_table(result))
     return Report(
         title=title or "Validation against measured runs",
-        subtitle=f"{len(result.rows)} runs projected from {len(sources)} sources; {len(result.skipped)} rows skipped",
+        subtitle=(
+            f"{len(result.rows)} runs projected from {len(sources)} sources; {len(result.skipped)} rows skipped"
+            + "".join(
+                f"; {row.id} flagged by its notes, not scored ({row.error_pct:+.1f}%: {flag})"
+                for row, flag in result.flagged
+            )
+        ),
         headlines=(
             Headline("source-balanced MAPE", f"{result.mape_pct:.1f}%"),
             Headline(f"runs within ±{BANDS_PCT[0]:g}%", f"{within:.0f}%"),
