@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.sim.costs import PipelineCosts
+from paraplan.sim.costs import ChunkCost, PipelineCosts
 from paraplan.sim.plan import N_KINDS, Plan
-from paraplan.sim.program import BW, B, F
+from paraplan.sim.program import BW, B, F, W
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,8 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
     flat = [c for row in costs.chunks for c in row]
     n_base = len(flat) * N_KINDS
     n_keys = plan.n_keys
+    if not parts and not plan.pair_keys:
+        return _timing_tables(flat, n_keys)
 
     def column(values: list[float]) -> np.ndarray:
         return np.array(values, dtype=np.float64)
@@ -93,6 +95,37 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
     bwd[:n_base] = np.where(is_f, 0.0, in_dur - rec[:n_base])
     _pair_entries(plan, dur, fwd, bwd, rec, gather, scatter, units, demand, exposed, hidden)
     return DurationTables(dur, fwd, bwd, rec, exposed, hidden, gather, scatter, units, demand)
+
+
+def _timing_tables(flat: list[ChunkCost], n_keys: int) -> DurationTables:
+    """`build_tables(parts=False)` without F&B pairs: the durations and FSDP times by key, from one array of the
+    chunks' figures (the same floats: b + w and gather + refetch are the same additions, element by element)."""
+    figures = np.array(
+        [
+            (
+                c.forward_s, c.backward_input_s, c.backward_weight_s, c.fsdp_gather_s, c.fsdp_refetch_s,
+                c.fsdp_reduce_scatter_s, float(c.fsdp_on_demand), 1 if c.fsdp_on_demand else max(1, c.fsdp_units),
+            )
+            for c in flat
+        ],
+        dtype=np.float64,
+    ).reshape(len(flat), 8)  # fmt: skip
+    n_base = len(flat) * N_KINDS
+    dur, gather, scatter = np.zeros(n_keys), np.zeros(n_keys), np.zeros(n_keys)
+    units, demand = np.ones(n_keys), np.zeros(n_keys)
+    by_kind = dur[:n_base].reshape(-1, N_KINDS)  # views: [chunk, kind]
+    by_kind[:, :3] = figures[:, :3]
+    by_kind[:, BW] = figures[:, 1] + figures[:, 2]
+    before_b = figures[:, 3] + figures[:, 4]
+    by_kind = gather[:n_base].reshape(-1, N_KINDS)
+    by_kind[:, F] = figures[:, 3]
+    by_kind[:, B] = by_kind[:, BW] = before_b
+    by_kind = scatter[:n_base].reshape(-1, N_KINDS)
+    by_kind[:, W] = by_kind[:, BW] = figures[:, 5]
+    units[:n_base].reshape(-1, N_KINDS)[:] = figures[:, 7:8]
+    demand[:n_base].reshape(-1, N_KINDS)[:] = figures[:, 6:7]
+    none = np.zeros(n_keys)
+    return DurationTables(dur, none, none, none, {}, {}, gather, scatter, units, demand)
 
 
 def _pair_entries(
