@@ -432,7 +432,7 @@ def _chunk_cost(
     # the data-parallel ones per step (each label alike)
     sources = dict(total.comm_sources) if timer is not None else None
     if like is None:
-        dp_grad, dp_gather, fsdp_gather, fsdp_rs = _dp_times(
+        dp_grad, dp_gather, fsdp_gather, fsdp_rs = _memo_dp_times(
             total.dense_params, total.expert_params, train, system, cal, groups, units, timer, sources
         )
     else:
@@ -737,6 +737,77 @@ def dp_bucket_count(params: float, bucket_size: int | None) -> int:
     if bucket_size is None:
         return DEFAULT_DP_BUCKETS_PER_CHUNK
     return max(1, math.ceil(params / bucket_size))
+
+
+class _RecordLog:
+    """Stands for a `sources` dict in `_dp_times`: logs each `cost.collectives.record` addition as it comes (`get`
+    gives 0.0, so what `record` stores is the seconds themselves), to be replayed in the same order."""
+
+    __slots__ = ("added",)
+
+    def __init__(self) -> None:
+        self.added: list[tuple[SourceKey, float]] = []
+
+    def get(self, key: SourceKey, default: float) -> float:
+        return 0.0
+
+    def __setitem__(self, key: SourceKey, seconds: float) -> None:
+        self.added.append((key, seconds))
+
+
+class _DpTimesMemo:
+    """`_dp_times` results by (system, calibration, profile) object, then by the values it reads: the structures of a
+    tuner search that differ in their schedule, micro-batch size or recompute share their data-parallel collectives.
+    The objects are held here, so their ids stay theirs; `cache_clear` as an lru_cache's (a cold projection)."""
+
+    MAX_OBJECTS, MAX_ENTRIES = 64, 1 << 16
+
+    def __init__(self) -> None:
+        self.by_objects: dict[tuple[int, int, int], tuple[SystemSpec, Calibration, OpTimer | None, dict]] = {}
+
+    def cache_clear(self) -> None:
+        self.by_objects.clear()
+
+    def __call__(
+        self,
+        dense_params: float,
+        expert_params: float,
+        train: TrainingSpec,
+        system: SystemSpec,
+        cal: Calibration,
+        groups: Mapping[CommAxis, GroupPlacement],
+        fsdp_units: int = 1,
+        timer: OpTimer | None = None,
+        sources: dict[SourceKey, float] | None = None,
+    ) -> tuple[float, float, float, float]:
+        """`_dp_times`; `sources` gets the same additions in the same order (the same floats)."""
+        outer = (id(system), id(cal), id(timer))
+        entry = self.by_objects.get(outer)
+        if entry is None or entry[0] is not system or entry[1] is not cal or entry[2] is not timer:
+            if len(self.by_objects) >= self.MAX_OBJECTS:
+                self.by_objects.clear()
+            entry = self.by_objects[outer] = (system, cal, timer, {})
+        memo = entry[3]
+        key = (  # every value of `train` and `groups` that `_dp_times` reads
+            dense_params, expert_params, fsdp_units, groups[CommAxis.DP], expert_dp(train), train.etp * train.ep,
+            train.grad_reduce_bytes, train.param_gather_bytes, train.effective_ddp_bucket_size, train.shards_params,
+            train.shards_optimizer, train.zero_stage, sources is None,
+        )  # fmt: skip
+        found = memo.get(key)
+        if found is None:
+            log = None if sources is None else _RecordLog()
+            times = _dp_times(dense_params, expert_params, train, system, cal, groups, fsdp_units, timer, log)  # type: ignore[arg-type]
+            if len(memo) >= self.MAX_ENTRIES:
+                memo.clear()
+            found = memo[key] = (times, () if log is None else tuple(log.added))
+        times, added = found
+        if sources is not None:
+            for source_key, seconds in added:
+                sources[source_key] = sources.get(source_key, 0.0) + seconds
+        return times
+
+
+_memo_dp_times = _DpTimesMemo()
 
 
 def _dp_times(

@@ -445,15 +445,7 @@ def pipeline_memory(
     cache: RankStatesCache = {} if states_cache is None else states_cache
     gathered: float | None = None  # looked up once, when a rank's states are not cached
     ranks = []
-    # ranks holding the same stage footprints (the same objects) with the same peak activations: the same parts (a
-    # pipeline's middle ranks), found once and copied (not with moments, which are per rank)
-    alike: dict[tuple, RankMemory] = {}
     for r, row in enumerate(holder):
-        same_key = (peak_activation_bytes[r], *(id(stages[i]) for i in row))
-        same = alike.get(same_key)
-        if same is not None:
-            ranks.append(RankMemory(rank=r, parts=dict(same.parts)))
-            continue
         if len(row) == 1:  # one stage: its figures as they are (a sum of one is that one, to the bit)
             one = stages[row[0]]
             dense, expert, edge, logits = one.dense_params, one.expert_params, one.edge_params, one.loss_logits
@@ -470,8 +462,7 @@ def pipeline_memory(
             rank = cache[key] = _rank_states(train, dense, expert, edge, logits, max_layer_params, gathered)
         kept_outputs, unsharded = rank.kept_output_bytes, rank.unsharded_bytes
         activations = peak_activation_bytes[r] + kept_outputs  # retained forward outputs: with the activations
-        per_rank = moments is not None and bool(unsharded or kept_outputs)
-        if per_rank:
+        if moments is not None and (unsharded or kept_outputs):
             if callable(moments):
                 moments = moments()
             activations, unsharded = moment_peak(
@@ -482,13 +473,12 @@ def pipeline_memory(
                 [kept_pipeline_output_bytes(train, stages[i].loss_logits) / train.num_microbatches for i in row],
             )
         held = (rank.states, activations, max_full_saved, comm_buffers, rank.loss_working_bytes, unsharded)
-        memory = rank_memory(
-            r, *held, cached_logits_bytes=rank.cached_logits_bytes, backward_transient_bytes=max_transient,
-            backward_grad_bytes=rank.backward_grad_bytes,
+        ranks.append(
+            rank_memory(
+                r, *held, cached_logits_bytes=rank.cached_logits_bytes, backward_transient_bytes=max_transient,
+                backward_grad_bytes=rank.backward_grad_bytes,
+            )
         )  # fmt: skip
-        ranks.append(memory)
-        if not per_rank:
-            alike[same_key] = memory
     return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)
 
 
