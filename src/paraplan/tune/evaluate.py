@@ -121,6 +121,8 @@ class Evaluator:
         self.memory_filter = memory_filter or MemoryFilter()
         self._options: dict[tuple[str, str], ProjectionOptions] = {}
         self._cache: dict[Candidate, Evaluation] = {}
+        self._cached_structures: set[Candidate] = set()
+        """The structures (recompute none) of the candidates in `_cache`: a group of none of them skips the lookups."""
         self._stages = StageCache(problem.model)
 
     # ------------------------------------------------------------------ one candidate
@@ -160,6 +162,7 @@ class Evaluator:
             return None, "illegal: " + "; ".join(exc.problems)
         if not exact:
             self._cache[c] = evaluation
+            self._cached_structures.add(c.with_axes(recompute="none", recompute_layers=None))
         return evaluation, ""
 
     def evaluate(self, c: Candidate, source: str, train: TrainingSpec | None = None) -> tuple[Evaluation | None, str]:
@@ -211,17 +214,23 @@ class Evaluator:
             return
         memory = GroupMemory(self.problem.model, system, base_train, self._stages)
         fitting: list[tuple[str, int | None]] = []
+        cached = base in self._cached_structures  # else no variant is in `_cache`: each candidate built when projected
         for option in options:
             if prune and any(dominates(f, option) for f in fitting):
                 report.dominated += 1
                 continue
             mode, layers = option
-            c = base if mode == "none" else base.with_axes(recompute=mode, recompute_layers=layers)
-            evaluation = self._cache.get(c)
+            c = None
+            evaluation = None
+            if cached:
+                c = base if mode == "none" else base.with_axes(recompute=mode, recompute_layers=layers)
+                evaluation = self._cache.get(c)
             if evaluation is None:
                 if not memory.fits(mode, layers):
                     report.memory_rejected += 1
                     continue
+                if c is None:
+                    c = base if mode == "none" else base.with_axes(recompute=mode, recompute_layers=layers)
                 train = base_train if mode == "none" else memory.train_for(mode, layers)
                 evaluation, reason = self._project(c, train, source, False, memory.memory(mode, layers))
                 if evaluation is None:

@@ -58,6 +58,8 @@ class GroupMemory:
         self.plan = schedule_plan(
             train.pipeline_schedule, train.pp, chunks_per_rank(train), train.num_microbatches, train.overlaps_ep
         )
+        self._multi_chunk = any(len(row) != 1 for row in self.holder)
+        self._runs = [bool(len(vectors)) for vectors in self.plan.inflight_vectors]
         self._trains: dict[tuple[str, int | None], TrainingSpec] = {
             (train.recompute_granularity, train.recompute_num_layers): train
         }
@@ -104,11 +106,25 @@ class GroupMemory:
             )
         peaks = [
             peak_live_bytes(self.plan, r, [footprints[i].saved_bytes for i in row]) for r, row in enumerate(self.holder)
-        ]
+        ] if self._multi_chunk else self._one_chunk_peaks(footprints)  # fmt: skip
         return pipeline_memory(
             self.model, self.shard, train, self.system.gpu.hbm_bytes, footprints, self.holder, peaks,
             lambda: self.plan.memory_moments, self._states,
         )  # fmt: skip
+
+    def _one_chunk_peaks(self, footprints: list[StageFootprint]) -> list[float]:
+        """`peak_live_bytes` of ranks holding one stage each, its one-chunk case inline: the most live micro-batches
+        times the stage's saved bytes (the same product), 0 where the rank runs none."""
+        peaks = []
+        for r, row in enumerate(self.holder):
+            saved = footprints[row[0]].saved_bytes
+            if not self._runs[r]:
+                peaks.append(0.0)
+            elif saved >= 0:
+                peaks.append(float(self.plan.peak_inflight_chunks[r]) * saved)
+            else:
+                peaks.append(peak_live_bytes(self.plan, r, [saved]))
+        return peaks
 
     def peak_bytes(self, mode: str, full_layers: int | None = None) -> float:
         """Peak bytes per GPU over the pipeline ranks with this recompute."""
