@@ -366,34 +366,105 @@ def _stage_sums(
         expert_params=footprint.expert_params,
     )
     for kind, mode, count, bf16 in parts:
-        layer_kind = K.layer_kind(kind)
-        cost = _cached_block(kind, model, part_shard(shard, bf16), mode, ctx)
-        if not (measured and kind in measured):
-            total.quantized_weights += quantized_weight_elements(kind, model, part_shard(shard, bf16)) * count
         if measured and kind in measured:
-            cost = with_measured_compute(cost, measured[kind])
-            total.measured += (cost.forward_s + cost.backward_input_s + cost.backward_weight_s) * count
-        f, b, w, redo = repeated_s(cost, count)  # the layers of a stage share one launch queue
-        total.f += f
-        total.b += b
-        total.w += w
+            part = _part_sums(kind, mode, count, bf16, model, shard, ctx, measured[kind])
+        else:
+            part = _cached_part_sums(kind, mode, count, bf16, model, shard, ctx)
+        total.quantized_weights += part.quantized_weights
+        total.measured += part.measured
+        total.f += part.f
+        total.b += part.b
+        total.w += part.w
+        total.recompute += part.recompute
+        for into, added in (
+            (total.comm_total, part.comm_total), (total.comm_exposed, part.comm_exposed),
+            (total.comm_sources, part.comm_sources),
+        ):  # fmt: skip
+            for key, value in added:
+                into[key] = into.get(key, 0.0) + value
+        total.refetch_params += part.refetch_params
+        total.flops += part.flops
+        total.recompute_flops += part.recompute_flops
+        total.profiled += part.profiled
+        total.host += part.host
+        total.forward_exposed += part.forward_exposed
+        total.interference += part.interference
+        total.num_layers += part.num_layers
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class _PartSums:
+    """What `count` blocks of one stage part add to the stage's `_StageSums`, each addend as `_stage_sums` adds it (the
+    dictionaries' as (key, value) in order: the stage adds them up in the same order, to the same floats)."""
+
+    f: float
+    b: float
+    w: float
+    recompute: float
+    comm_total: tuple[tuple[str, float], ...]
+    comm_exposed: tuple[tuple[str, float], ...]
+    comm_sources: tuple[tuple[SourceKey, float], ...]
+    refetch_params: float
+    flops: float
+    recompute_flops: float
+    profiled: float
+    host: float
+    forward_exposed: float
+    interference: float
+    quantized_weights: float
+    measured: float
+    num_layers: int
+
+
+@lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)
+def _cached_part_sums(
+    kind: str, mode: str, count: int, bf16: bool, model: ModelSpec, shard: L.Shard, ctx: BlockContext
+) -> _PartSums:
+    return _part_sums(kind, mode, count, bf16, model, shard, ctx, None)
+
+
+def _part_sums(
+    kind: str,
+    mode: str,
+    count: int,
+    bf16: bool,
+    model: ModelSpec,
+    shard: L.Shard,
+    ctx: BlockContext,
+    measured: MeasuredBlock | None,
+) -> _PartSums:
+    """`count` blocks of one kind and recompute mode in a stage (`measured`: the kind's measured compute)."""
+    cost = _cached_block(kind, model, part_shard(shard, bf16), mode, ctx)
+    quantized = measured_s = 0.0
+    if measured is None:
+        quantized = quantized_weight_elements(kind, model, part_shard(shard, bf16)) * count
+    else:
+        cost = with_measured_compute(cost, measured)
+        measured_s = (cost.forward_s + cost.backward_input_s + cost.backward_weight_s) * count
+    f, b, w, redo = repeated_s(cost, count)  # the layers of a stage share one launch queue
+    return _PartSums(
+        f=f,
+        b=b,
+        w=w,
         # the recompute's own work: its exposed communication (the recomputed forward's all-to-all, its TP
         # collectives) is in comm_exposed with the rest of the layer's, and counting it here too made the
         # breakdown take it twice (MoE under full recompute: zero forward and backward compute, issue 34)
-        total.recompute += redo - (cost.recompute_s - cost.recompute_compute_s) * count
-        _add(total.comm_total, cost.comm_total_s, count)
-        _add(total.comm_exposed, cost.comm_exposed_s, count)
-        add_records(total.comm_sources, cost.comm_sources, count)
-        total.refetch_params += cost.refetch_params * count
-        total.flops += cost.forward_flops * count
-        total.recompute_flops += cost.recompute_flops * count
-        total.profiled += cost.profiled_s * count
-        total.host += cost.host_bound_s * count - runahead_s(cost, count)
-        total.forward_exposed += cost.forward_comm_exposed_s * count
-        total.interference += sum(cost.interference_s) * count
-        if layer_kind.is_decoder_layer:
-            total.num_layers += count
-    return total
+        recompute=redo - (cost.recompute_s - cost.recompute_compute_s) * count,
+        comm_total=tuple((k, v * count) for k, v in cost.comm_total_s.items()),
+        comm_exposed=tuple((k, v * count) for k, v in cost.comm_exposed_s.items()),
+        comm_sources=tuple((k, v * count) for k, v in cost.comm_sources.items()),
+        refetch_params=cost.refetch_params * count,
+        flops=cost.forward_flops * count,
+        recompute_flops=cost.recompute_flops * count,
+        profiled=cost.profiled_s * count,
+        host=cost.host_bound_s * count - runahead_s(cost, count),
+        forward_exposed=cost.forward_comm_exposed_s * count,
+        interference=sum(cost.interference_s) * count,
+        quantized_weights=quantized,
+        measured=measured_s,
+        num_layers=count if K.layer_kind(kind).is_decoder_layer else 0,
+    )
 
 
 def _stage_sums_of(
