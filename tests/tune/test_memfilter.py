@@ -3,6 +3,8 @@ candidate of a tuner's search space."""
 
 import pytest
 
+from paraplan.memory.activations import layer_modes
+from paraplan.memory.model import states_floor_bytes
 from paraplan.projection import ProjectionOptions, project_specs
 from paraplan.specs.presets import model_preset, system_preset
 from paraplan.specs.training import TrainingSpec
@@ -80,6 +82,33 @@ def test_the_evaluator_projects_only_what_fits() -> None:
             elif reason.startswith("memory"):
                 rejected += 1
     assert evaluated > 20 and rejected > 20
+
+
+def test_a_structure_the_floor_rejects_has_no_variant_that_fits() -> None:
+    """`GroupMemory.cannot_fit` rejects a structure by its ranks' floors (`memory.model.states_floor_bytes`): each
+    floor is at most that rank's total under every recompute variant, and a rejected structure has no variant that
+    fits."""
+    problem = TuneProblem(model_preset("llama3.1-70b"), (system_preset("h100-sxm5-80gb", 64),), 64, 8192)
+    space = SearchSpace(problem, parse_constraints([], {"mbs": 1}))
+    stages = StageCache(problem.model)
+    rejected = kept = 0
+    for base in list(space.structures())[::3]:
+        base_train = to_training(problem, base)
+        if candidate_problems(problem, base, base_train):
+            continue
+        system = problem.system(base.num_gpus)
+        memory = GroupMemory(problem.model, system, base_train, stages)
+        floors = states_floor_bytes(
+            problem.model, memory.shard, base_train, memory._stage_footprints(layer_modes(base_train)), memory.holder
+        )
+        cannot = memory.cannot_fit()
+        for mode, layers in space.recompute_options(base):
+            result = memory.memory(mode, layers)
+            assert not (cannot and result.fits), (base, mode, layers)
+            assert all(f <= rank.total_bytes for f, rank in zip(floors, result.ranks, strict=True)), (base, mode)
+        rejected += cannot
+        kept += not cannot
+    assert rejected > 5 and kept > 5  # both occur
 
 
 def test_estimate_is_the_projection_peak() -> None:

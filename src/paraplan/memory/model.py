@@ -442,24 +442,10 @@ def pipeline_memory(
     `states_cache`: the ranks' `RankStates` already computed for this model, shard and spec (any recompute)."""
     max_layer_params, max_full_saved, max_transient = _stage_maxima(stages)
     comm_buffers = comm_buffer_bytes(model, shard, train)
-    cache: RankStatesCache = {} if states_cache is None else states_cache
-    gathered: float | None = None  # looked up once, when a rank's states are not cached
     ranks = []
-    for r, row in enumerate(holder):
-        if len(row) == 1:  # one stage: its figures as they are (a sum of one is that one, to the bit)
-            one = stages[row[0]]
-            dense, expert, edge, logits = one.dense_params, one.expert_params, one.edge_params, one.loss_logits
-        else:
-            dense = sum(stages[i].dense_params for i in row)
-            expert = sum(stages[i].expert_params for i in row)
-            edge = sum(stages[i].edge_params for i in row)
-            logits = max((stages[i].loss_logits for i in row), default=0.0)
-        key = (dense, expert, edge, logits, max_layer_params)
-        rank = cache.get(key)
-        if rank is None:
-            if gathered is None:
-                gathered = _gathered_params(model, shard, train, max_layer_params)
-            rank = cache[key] = _rank_states(train, dense, expert, edge, logits, max_layer_params, gathered)
+    for r, (row, rank) in enumerate(
+        zip(holder, _ranks_states(model, shard, train, stages, holder, max_layer_params, states_cache), strict=True)
+    ):
         kept_outputs, unsharded = rank.kept_output_bytes, rank.unsharded_bytes
         activations = peak_activation_bytes[r] + kept_outputs  # retained forward outputs: with the activations
         if moments is not None and (unsharded or kept_outputs):
@@ -480,6 +466,60 @@ def pipeline_memory(
             )
         )  # fmt: skip
     return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)
+
+
+def _ranks_states(
+    model: ModelSpec,
+    shard: Shard,
+    train: TrainingSpec,
+    stages: Sequence[StageFootprint],
+    holder: Sequence[Sequence[int]],
+    max_layer_params: float,
+    states_cache: RankStatesCache | None,
+) -> list[RankStates]:
+    """Each rank's `RankStates`, from `states_cache` where it holds them (filled in here)."""
+    cache: RankStatesCache = {} if states_cache is None else states_cache
+    gathered: float | None = None  # looked up once, when a rank's states are not cached
+    out = []
+    for row in holder:
+        if len(row) == 1:  # one stage: its figures as they are (a sum of one is that one, to the bit)
+            one = stages[row[0]]
+            dense, expert, edge, logits = one.dense_params, one.expert_params, one.edge_params, one.loss_logits
+        else:
+            dense = sum(stages[i].dense_params for i in row)
+            expert = sum(stages[i].expert_params for i in row)
+            edge = sum(stages[i].edge_params for i in row)
+            logits = max((stages[i].loss_logits for i in row), default=0.0)
+        key = (dense, expert, edge, logits, max_layer_params)
+        rank = cache.get(key)
+        if rank is None:
+            if gathered is None:
+                gathered = _gathered_params(model, shard, train, max_layer_params)
+            rank = cache[key] = _rank_states(train, dense, expert, edge, logits, max_layer_params, gathered)
+        out.append(rank)
+    return out
+
+
+def states_floor_bytes(
+    model: ModelSpec,
+    shard: Shard,
+    train: TrainingSpec,
+    stages: Sequence[StageFootprint],
+    holder: Sequence[Sequence[int]],
+    states_cache: RankStatesCache | None = None,
+) -> list[float]:
+    """Per pipeline rank, what `pipeline_memory` adds up whatever the activations and the recompute: the rank's
+    `total_bytes` with the parts that depend on them (activations, the working sets, the unsharded stage that memory
+    moments may lower, the fragmentation) at zero. Those parts are never negative and floating-point addition is
+    monotone, so the total of the same rank under any activations is at least this floor (the parts' order is
+    `rank_memory`'s, and x + 0.0 = x). The tuner's memory filter rejects a structure whose floor does not fit
+    before it builds its schedule's plan (`tune.memfilter.GroupMemory.cannot_fit`)."""
+    max_layer_params = _stage_maxima(stages)[0]
+    comm_buffers = comm_buffer_bytes(model, shard, train)
+    return [
+        rank_memory(r, rank.states, 0.0, 0.0, comm_buffers, cached_logits_bytes=rank.cached_logits_bytes).total_bytes
+        for r, rank in enumerate(_ranks_states(model, shard, train, stages, holder, max_layer_params, states_cache))
+    ]
 
 
 def _stage_maxima(stages: Sequence[StageFootprint]) -> tuple[float, float, float]:

@@ -213,8 +213,11 @@ class Evaluator:
             report.illegal += len(options)
             return
         memory = GroupMemory(self.problem.model, system, base_train, self._stages)
-        fitting: list[tuple[str, int | None]] = []
         cached = base in self._cached_structures  # else no variant is in `_cache`: each candidate built when projected
+        if not cached and memory.cannot_fit():  # every variant would be rejected, one after the other
+            report.memory_rejected += len(options)
+            return
+        fitting: list[tuple[str, int | None]] = []
         for option in options:
             if prune and any(dominates(f, option) for f in fitting):
                 report.dominated += 1

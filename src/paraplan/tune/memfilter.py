@@ -17,13 +17,17 @@ from dataclasses import dataclass
 from paraplan.graph import layers as L
 from paraplan.graph.partition import PipelineSplit, chunks_per_rank, pipeline_split
 from paraplan.memory.activations import layer_modes
-from paraplan.memory.model import MemoryResult, RankStatesCache, StageFootprint, pipeline_memory
+from paraplan.memory.model import MemoryResult, RankStatesCache, StageFootprint, pipeline_memory, states_floor_bytes
 from paraplan.projection import Parts, _layout_parts, stage_footprints
 from paraplan.sim.engine import schedule_plan
-from paraplan.sim.plan import peak_live_bytes
+from paraplan.sim.plan import Plan, peak_live_bytes
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec, spec_with
+
+FLOOR_MARGIN = 1e-9
+"""Relative margin of `GroupMemory.cannot_fit` over the rounding (about 1e-15) by which two recompute variants' states
+can differ."""
 
 
 class StageCache:
@@ -55,11 +59,8 @@ class GroupMemory:
         self.shard = L.Shard.of(train)
         self.split = pipeline_split(train)
         self.holder = train.schedule.chunk_model_stage(train.pp, train.vpp)
-        self.plan = schedule_plan(
-            train.pipeline_schedule, train.pp, chunks_per_rank(train), train.num_microbatches, train.overlaps_ep
-        )
+        self._plan: Plan | None = None  # built when a variant's activations are first asked for
         self._multi_chunk = any(len(row) != 1 for row in self.holder)
-        self._runs = [bool(len(vectors)) for vectors in self.plan.inflight_vectors]
         self._trains: dict[tuple[str, int | None], TrainingSpec] = {
             (train.recompute_granularity, train.recompute_num_layers): train
         }
@@ -93,17 +94,42 @@ class GroupMemory:
             memory = self._memories[key] = self._memory(mode, full_layers)
         return memory
 
-    def _memory(self, mode: str, full_layers: int | None) -> MemoryResult:
-        train = self.train_for(mode, full_layers)
-        modes = layer_modes(train)
-        stage_parts = self._layouts.get(modes)
-        if stage_parts is None:
-            stage_parts = self._layouts[modes] = _layout_parts(self.model, self.split, *modes)[0]
+    @property
+    def plan(self) -> Plan:
+        """The schedule's static plan (`sim.engine.schedule_plan`: cached per shape, built the first time)."""
+        if self._plan is None:
+            train = self.train
+            self._plan = schedule_plan(
+                train.pipeline_schedule, train.pp, chunks_per_rank(train), train.num_microbatches, train.overlaps_ep
+            )
+            self._runs = [bool(len(vectors)) for vectors in self._plan.inflight_vectors]
+        return self._plan
+
+    def _stage_footprints(self, modes: tuple) -> list[StageFootprint]:
+        """The stages' footprints under these layer modes (`memory.activations.layer_modes`), in stage order."""
         footprints = self._layout_footprints.get(modes)
         if footprints is None:  # the same layout and shard in another structure: the same footprints (read only)
+            stage_parts = self._layouts.get(modes)
+            if stage_parts is None:
+                stage_parts = self._layouts[modes] = _layout_parts(self.model, self.split, *modes)[0]
             footprints = self._layout_footprints[modes] = stage_footprints(
                 stage_parts, self.model, self.shard, self._footprints
             )
+        return footprints
+
+    def cannot_fit(self) -> bool:
+        """Whether no recompute variant fits, known without the plan: a rank's floor (`memory.model.
+        states_floor_bytes`, what it holds whatever it recomputes and keeps in flight) is above the usable HBM. The
+        floor is the structure's own spec's; a variant's stages add up the same parameters grouped otherwise, which
+        can move its states by a few roundings, far inside `FLOOR_MARGIN`."""
+        footprints = self._stage_footprints(layer_modes(self.train))
+        floors = states_floor_bytes(self.model, self.shard, self.train, footprints, self.holder, self._states)
+        usable = MemoryResult((), self.system.gpu.hbm_bytes).usable_bytes
+        return max(floors, default=0.0) > usable * (1 + FLOOR_MARGIN)
+
+    def _memory(self, mode: str, full_layers: int | None) -> MemoryResult:
+        train = self.train_for(mode, full_layers)
+        footprints = self._stage_footprints(layer_modes(train))
         peaks = [
             peak_live_bytes(self.plan, r, [footprints[i].saved_bytes for i in row]) for r, row in enumerate(self.holder)
         ] if self._multi_chunk else self._one_chunk_peaks(footprints)  # fmt: skip
@@ -116,14 +142,15 @@ class GroupMemory:
         """`peak_live_bytes` of ranks holding one stage each, its one-chunk case inline: the most live micro-batches
         times the stage's saved bytes (the same product), 0 where the rank runs none."""
         peaks = []
+        plan = self.plan
         for r, row in enumerate(self.holder):
             saved = footprints[row[0]].saved_bytes
             if not self._runs[r]:
                 peaks.append(0.0)
             elif saved >= 0:
-                peaks.append(float(self.plan.peak_inflight_chunks[r]) * saved)
+                peaks.append(float(plan.peak_inflight_chunks[r]) * saved)
             else:
-                peaks.append(peak_live_bytes(self.plan, r, [saved]))
+                peaks.append(peak_live_bytes(plan, r, [saved]))
         return peaks
 
     def peak_bytes(self, mode: str, full_layers: int | None = None) -> float:
