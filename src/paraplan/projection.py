@@ -17,11 +17,13 @@ from paraplan.cost.block import (
     MATMUL_KINDS,
     BlockContext,
     BlockCost,
+    BlockPhases,
     MeasuredBlock,
     OpTimer,
     PlacedGroups,
     backward_phases,
     block_cost,
+    block_phases,
     repeated_s,
     runahead_s,
     with_measured_compute,
@@ -137,7 +139,15 @@ def _cached_block(kind: str, model: ModelSpec, shard: L.Shard, recompute: str, c
     ops = block_ops_of(kind, model, shard)
     ctx = ctx.for_block(layer_kind.is_decoder_layer)
     backward = (ops.backward_input, ops.backward_weight)
-    return block_cost(ops.forward, recompute, ctx, _layer_input_bytes(model, shard), memory, backward)
+    phases = _block_phases(kind, model, shard, ctx)
+    return block_cost(ops.forward, recompute, ctx, _layer_input_bytes(model, shard), memory, backward, phases)
+
+
+@lru_cache(maxsize=_BLOCK_CACHE_SIZE)
+def _block_phases(kind: str, model: ModelSpec, shard: L.Shard, ctx: BlockContext) -> BlockPhases:
+    """A block's three phases timed once for all its recompute modes (`cost.block.block_phases`)."""
+    ops = block_ops_of(kind, model, shard)
+    return block_phases(ops.forward, ctx, (ops.backward_input, ops.backward_weight))
 
 
 BLOCK_AXES = (CommAxis.TP, CommAxis.CP, CommAxis.EP, CommAxis.ETP)

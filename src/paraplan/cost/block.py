@@ -415,6 +415,44 @@ def backward_phases(forward: Sequence[Op]) -> tuple[list[Op], list[Op]]:
     return b_ops, w_ops
 
 
+@dataclass(frozen=True, slots=True)
+class BlockPhases:
+    """A block's forward, input-gradient and weight-gradient phases timed under one context, and its forward compute
+    ops' seconds by `id(op)`: what every recompute mode of the block shares (`block_phases`; read them only)."""
+
+    forward: _PhaseTime
+    backward_input: _PhaseTime
+    backward_weight: _PhaseTime
+    op_seconds: dict[int, float]
+
+
+def block_phases(
+    forward: Sequence[Op], ctx: BlockContext, backward: tuple[Sequence[Op], Sequence[Op]] | None = None
+) -> BlockPhases:
+    """The three phases of a block as `block_cost` times them (the forward's op seconds kept, as for a recompute:
+    the same seconds as without, `compute_time_s` of each op)."""
+    b_ops, w_ops = backward if backward is not None else backward_phases(forward)
+    host = ctx.cal.host_launch_s
+    op_seconds: dict[int, float] = {}
+    return BlockPhases(
+        _phase_times(forward, ctx, host, op_seconds),
+        _phase_times(b_ops, ctx, host * ctx.cal.host_backward_factor),
+        _phase_times(w_ops, ctx, host * ctx.cal.host_backward_factor),
+        op_seconds,
+    )
+
+
+def _own_copy(phase: _PhaseTime) -> _PhaseTime:
+    """A phase `block_cost` may change (its dictionaries too), from a shared one."""
+    return replace(
+        phase,
+        comm_total_s=dict(phase.comm_total_s),
+        comm_exposed_s=dict(phase.comm_exposed_s),
+        async_tp_s=dict(phase.async_tp_s),
+        comm_sources=dict(phase.comm_sources),
+    )
+
+
 def block_cost(
     forward: Sequence[Op],
     recompute: str,
@@ -422,18 +460,24 @@ def block_cost(
     layer_input_bytes: float = 0.0,
     memory: BlockMemory | None = None,
     backward: tuple[Sequence[Op], Sequence[Op]] | None = None,
+    phases: BlockPhases | None = None,
 ) -> BlockCost:
     """`recompute`: "none", "selective" (ops tagged selective are recomputed) or "full" (only the block
     input, `layer_input_bytes`, is kept). `memory`: the block's parameters and saved bytes when the caller
     has them (`memory.blocks.block_memory` of these operators, or the embedding's with its table). `backward`:
-    the input- and weight-gradient ops (`backward_phases` of `forward`) when the caller keeps them."""
-    b_ops, w_ops = backward if backward is not None else backward_phases(forward)
+    the input- and weight-gradient ops (`backward_phases` of `forward`) when the caller keeps them. `phases`:
+    `block_phases` of these operators under `ctx`, shared by the block's recompute modes (the same figures)."""
     host = ctx.cal.host_launch_s
     redo = recomputed_ops(forward, recompute)
     known_s: dict[int, float] | None = {} if redo else None  # the forward ops' seconds, for the recompute
-    fwd = _phase_times(forward, ctx, host, known_s)
-    bwd = _phase_times(b_ops, ctx, host * ctx.cal.host_backward_factor)
-    wgt = _phase_times(w_ops, ctx, host * ctx.cal.host_backward_factor)
+    if phases is None:
+        b_ops, w_ops = backward if backward is not None else backward_phases(forward)
+        fwd = _phase_times(forward, ctx, host, known_s)
+        bwd = _phase_times(b_ops, ctx, host * ctx.cal.host_backward_factor)
+        wgt = _phase_times(w_ops, ctx, host * ctx.cal.host_backward_factor)
+    else:
+        fwd, bwd, wgt = (_own_copy(p) for p in (phases.forward, phases.backward_input, phases.backward_weight))
+        known_s = dict(phases.op_seconds) if redo else None
     memory = memory if memory is not None else block_memory(forward, recompute, layer_input_bytes)
     if len(redo) == len(forward) and all(a is b for a, b in zip(redo, forward, strict=True)):
         rec = fwd  # the whole forward again, as timed (read only: nothing below changes `fwd` when there is a redo)
