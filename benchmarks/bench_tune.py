@@ -257,6 +257,8 @@ def rates(workers: int | None) -> dict[str, float]:
         model_preset("llama3.1-70b"), (system_preset("h100-sxm5-80gb", GPUS),), GBS, SEQ,
         model_ref="llama3.1-70b", gpu_ref="h100-sxm5-80gb",
     )  # fmt: skip
+    if loops_jit.available():
+        loops_jit.warm_up()  # numba's import and the cache load, untimed as in `run` (the first search paid ~0.9 s)
     out = {}
     for label, problem in (("analytic", analytic), ("fitted", fitted_problem())):
         cpu_before = _cpu_s()
