@@ -91,6 +91,34 @@ against 095c687 (main under this work) analytic 1,042/s -> 1,563/s (1.50x), fitt
 work). The 3,000/s and 2,000/s targets are not met: what is left is Python per variant (the simulation's tables and
 summary, per-rank memory, specs and candidates), the batching of a structure's variants into one simulation.
 
+Batching by structure (issue 35 part 3, branch tune4, 2026-12-05; every tuner result identical: the same evaluated,
+illegal, memory-rejected and dominated counts, the same top five, and every evaluation's figures to the bit, analytic
+and fitted, 1 and 2 workers; 3,654 public projections identical, compiled and PARAPLAN_NO_JIT=1). Where the time went
+before (timers around the phases, serial search, by CPU, per projected candidate; analytic 1.09 ms, fitted 1.65 ms):
+the simulation 25% / 19% (its timeline 12%, duration tables 6%, summary 4%), the memory filter's variants 20% / 23%
+(pipeline_memory 9% / 10%), the schedules' plans 11% / 18% (one per plan shape: nearly every shape is projected too),
+stage sums built cold 9.5% / 10.5% (of them the blocks' phases, per recompute mode), chunk costs 5% (the data-parallel
+collectives per stage), the garbage collector 7%, candidates and the validator 5%. Projected groups hold one
+projection each (5,960 of 5,961: the first variant that fits dominates the rest), so variants do not share a
+simulation; what structures share is costing. What changed: a block's three phases timed once for all its recompute
+modes (`cost.block.block_phases`); a stage part's addends cached per (kind, mode, count, shard, context) and added in
+the same order; `_dp_times` once per distinct input (`projection._DpTimesMemo`, its records replayed in order); a
+structure whose ranks' floors (states, buffers, context: `memory.model.states_floor_bytes`) exceed the usable HBM is
+rejected whole, before its plan and variants (floating-point addition is monotone; 883 analytic and 497 fitted
+structures); one-chunk ranks' peaks inline, a group's variants built as candidates only when projected, duration
+tables without parts from one array; pool workers freeze the inherited heap out of the collector and collect less
+often. Tried and dropped: copying the memory of ranks with the same stages (their peaks differ: no hits), cutting tasks
+by model-stage key (8% fewer cold stage sums across workers, no measurable CPU). `--versus` now loads the compiled
+loops before its timed searches, as the benchmark's own run does (the first search paid ~0.9 s of numba load).
+Serial search, by CPU, alternating, 2026-12-05 10:22 (load average 0.2-0.5): analytic 968/1,029/s -> 1,062/986/s
+(about 1.04x), fitted 656/711/s -> 917/883/s (about 1.32x). --versus 5ebdef8 --repeat 3 --workers 2 (09:27, load
+average 2.1-2.5), by CPU: analytic 1,524/s -> 1,757/s (1.15x), fitted 958/s -> 1,264/s (1.32x); wall 763 -> 897/s
+and 484 -> 641/s. The 3,000/s and 2,000/s targets are not met. What is left, per projected candidate (serial,
+analytic): the simulation ~265 us (timeline 128, tables 56, summary 55), the filter's variants ~190 us, plans ~110 us,
+cold stage sums ~90 us, chunk costs ~50 us; with 2 workers the cold costs (blocks, stage sums, plans) are built in
+both (1,417 + 1,481 blocks against 1,499 serial; 402 plans against 317) and the parent spends ~1.2 s (seed, listing,
+ordering): sharing cold costs across workers, or plans and timelines cheaper per call, is the next step.
+
 Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only] [--no-baseline] [--profile] [--versus [REF]]
 """
 
