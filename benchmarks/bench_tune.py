@@ -111,7 +111,7 @@ often. Tried and dropped: copying the memory of ranks with the same stages (thei
 by model-stage key (8% fewer cold stage sums across workers, no measurable CPU). `--versus` now loads the compiled
 loops before its timed searches, as the benchmark's own run does (the first search paid ~0.9 s of numba load).
 Serial search, by CPU, alternating, 2026-12-05 10:22 (load average 0.2-0.5): analytic 968/1,029/s -> 1,062/986/s
-(about 1.04x), fitted 656/711/s -> 917/883/s (about 1.32x). --versus 5ebdef8 --repeat 3 --workers 2 (09:27, load
+(about 1.03x), fitted 656/711/s -> 917/883/s (about 1.32x). --versus 5ebdef8 --repeat 3 --workers 2 (09:27, load
 average 2.1-2.5), by CPU: analytic 1,524/s -> 1,757/s (1.15x), fitted 958/s -> 1,264/s (1.32x); wall 763 -> 897/s
 and 484 -> 641/s. The 3,000/s and 2,000/s targets are not met. What is left, per projected candidate (serial,
 analytic): the simulation ~265 us (timeline 128, tables 56, summary 55), the filter's variants ~190 us, plans ~110 us,
