@@ -147,17 +147,22 @@ class Shard:
 
 def loss_saved_logit_bytes(train: TrainingSpec) -> int:
     """Bytes per logit the loss saves for backward: the fp32 softmax or log-probabilities (`LOGIT_BYTES`), or the
-    16-bit logits themselves under a loss that keeps its input (`SIXTEEN_BIT_LOSS_FRAMEWORKS`, a compiled loss)."""
-    if train.framework in SIXTEEN_BIT_LOSS_FRAMEWORKS or compiled_loss_keeps_logits(train):
-        return activation_bytes(train.precision)
-    return LOGIT_BYTES
+    16-bit logits themselves under a loss that keeps its input (`loss_keeps_16bit_logits`)."""
+    return activation_bytes(train.precision) if loss_keeps_16bit_logits(train) else LOGIT_BYTES
 
 
-def compiled_loss_keeps_logits(train: TrainingSpec) -> bool:
-    """A compiled loss over logits held whole on the rank (`TrainingSpec.loss_compiled`): its fused kernels save the
-    16-bit logits. Under torchtitan's vocab-parallel `loss_parallel()` (TP > 1) the loss runs on DTensors whose
-    backward (`_nll_loss_and_log_softmax_backward`) is modelled as eager (`memory.loss`)."""
-    return train.loss_compiled and not (train.framework == "torchtitan" and train.tp > 1)
+def torch_loss_parallel(train: TrainingSpec) -> bool:
+    """Whether the loss runs in torch's vocab-parallel `loss_parallel()`: torchtitan with TP (its default)."""
+    return train.framework == "torchtitan" and train.tp > 1
+
+
+def loss_keeps_16bit_logits(train: TrainingSpec) -> bool:
+    """A loss that saves its 16-bit input logits, not fp32 log-probabilities: a fused one that keeps them
+    (`SIXTEEN_BIT_LOSS_FRAMEWORKS`), or a compiled loss (`TrainingSpec.loss_compiled`) over logits held whole on the
+    rank. Under torchtitan's vocab-parallel `loss_parallel()` the loss runs on DTensors whose backward
+    (`_nll_loss_and_log_softmax_backward`) is modelled as eager (`memory.loss`)."""
+    compiled = train.loss_compiled and not torch_loss_parallel(train)
+    return train.framework in SIXTEEN_BIT_LOSS_FRAMEWORKS or compiled
 
 
 def _gemm(

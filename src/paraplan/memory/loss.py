@@ -31,7 +31,7 @@ The implementations differ:
 
 from __future__ import annotations
 
-from paraplan.graph.layers import SIXTEEN_BIT_LOSS_FRAMEWORKS, compiled_loss_keeps_logits
+from paraplan.graph.layers import loss_keeps_16bit_logits, torch_loss_parallel
 from paraplan.specs.training import TrainingSpec
 
 MEGATRON_LOSS_EXTRA_BYTES = 2.0
@@ -41,15 +41,10 @@ TORCH_LOSS_PARALLEL_EXTRA_BYTES = 12.0
 TORCH_LOSS_FRAMEWORKS = frozenset({"torchtitan"})
 
 
-def torch_loss_parallel(train: TrainingSpec) -> bool:
-    """Whether the loss runs in torch's vocab-parallel `loss_parallel()`: torchtitan with TP (its default)."""
-    return train.framework == "torchtitan" and train.tp > 1
-
-
 def loss_extra_bytes_per_logit(train: TrainingSpec) -> float:
     """Bytes per logit element the loss holds at its peak beyond the tensor it saves."""
-    if train.framework in SIXTEEN_BIT_LOSS_FRAMEWORKS or compiled_loss_keeps_logits(train):
-        # a compiled loss: one fused backward kernel writes the 16-bit gradient of the saved 16-bit logits
+    if loss_keeps_16bit_logits(train):
+        # one fused backward kernel writes the 16-bit gradient of the saved 16-bit logits
         return FUSED_16BIT_LOSS_EXTRA_BYTES
     if train.framework not in TORCH_LOSS_FRAMEWORKS:
         return MEGATRON_LOSS_EXTRA_BYTES
