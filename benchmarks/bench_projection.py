@@ -138,6 +138,8 @@ def _caches(keep: frozenset[str]) -> list:
     for name, module in list(sys.modules.items()):
         if name.startswith("paraplan"):
             for attr, value in vars(module).items():
+                if isinstance(value, type):  # a memo's class (its instances are the caches)
+                    continue
                 if hasattr(value, "cache_clear") and getattr(value, "__module__", "") == name and attr not in keep:
                     found.append(value)
     return found

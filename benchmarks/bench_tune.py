@@ -119,7 +119,13 @@ cold stage sums ~90 us, chunk costs ~50 us; with 2 workers the cold costs (block
 both (1,417 + 1,481 blocks against 1,499 serial; 402 plans against 317) and the parent spends ~1.2 s (seed, listing,
 ordering): sharing cold costs across workers, or plans and timelines cheaper per call, is the next step.
 
+`--identical REF` runs the BF16 search, analytic and fitted, serial and with the pool (--workers, default the CPU
+count), with the code at REF and with this checkout (subprocesses), and compares every result: the counts
+(evaluated, illegal, memory-rejected, dominated, failed), the top five and every evaluation's repr (its figures to
+the bit); it exits 1 where any differs.
+
 Run: python benchmarks/bench_tune.py [--workers N] [--bf16-only] [--no-baseline] [--profile] [--versus [REF]]
+    [--identical REF]
 """
 
 from __future__ import annotations
@@ -300,6 +306,55 @@ def rates(workers: int | None) -> dict[str, float]:
     return out
 
 
+def results(workers: int | None) -> dict[str, object]:
+    """Every result of the BF16 search, analytic and fitted (`rates`' problems): the counts, the top five and every
+    evaluation's repr (the figures to the bit), sorted (the pool's workers finish in any order)."""
+    analytic = TuneProblem(
+        model_preset("llama3.1-70b"), (system_preset("h100-sxm5-80gb", GPUS),), GBS, SEQ,
+        model_ref="llama3.1-70b", gpu_ref="h100-sxm5-80gb",
+    )  # fmt: skip
+    out: dict[str, object] = {}
+    for label, problem in (("analytic", analytic), ("fitted", fitted_problem())):
+        result = tune(problem, parse_constraints(["precision=bf16"], {}), TuneOptions(workers=workers, top_k=5))
+        out[label] = {
+            "counts": [result.evaluated, result.illegal, result.memory_rejected, result.dominated, result.failed],
+            "top": [repr(e) for e in result.top],
+            "evaluations": sorted(repr(e) for e in result.evaluations),
+        }
+    return out
+
+
+def identical(args: argparse.Namespace) -> None:
+    """`results` of the code at args.identical and of this checkout, serial and with the pool: every one the same."""
+    from baseline_checkout import REPO, baseline_src
+
+    def measure(src, workers: int) -> dict:
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            command = [sys.executable, __file__, "--results-json", out.name, "--workers", str(workers)]
+            subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(src)}, stdout=subprocess.DEVNULL)
+            with open(out.name) as f:
+                return json.load(f)
+
+    same = True
+    with baseline_src(args.identical) as base_src:
+        for workers in sorted({1, args.workers or os.cpu_count() or 1}):
+            before, now = measure(base_src, workers), measure(REPO / "src", workers)
+            for label in ("analytic", "fitted"):
+                b, c = before[label], now[label]
+                differ = sum(x != y for x, y in zip(b["evaluations"], c["evaluations"], strict=False))
+                differ += abs(len(b["evaluations"]) - len(c["evaluations"]))
+                ok = b == c
+                same &= ok
+                print(
+                    f"{label}, {workers} worker(s): counts (evaluated, illegal, memory-rejected, dominated, failed) "
+                    f"{c['counts']} vs {b['counts']} at {args.identical}; top five the same: {b['top'] == c['top']}; "
+                    f"{len(c['evaluations']):,} evaluations, {differ} differ: {'identical' if ok else 'DIFFERENT'}"
+                )
+    print(f"every tuner result identical to {args.identical}: {same}")
+    if not same:
+        sys.exit(1)
+
+
 def versus(args: argparse.Namespace) -> None:
     """`rates` of the code at args.versus and of this checkout, alternating subprocesses, medians and ratios."""
     import statistics
@@ -366,12 +421,21 @@ def main() -> None:
     parser.add_argument("--versus", nargs="?", const=BASELINE_REF, help="compare the rates with the code at a commit")
     parser.add_argument("--repeat", type=int, default=1, help="alternating runs of --versus")
     parser.add_argument("--rates-json", help=argparse.SUPPRESS)  # `rates` as JSON (a --versus subprocess)
+    parser.add_argument("--identical", metavar="REF", help="compare every tuner result with the code at a commit")
+    parser.add_argument("--results-json", help=argparse.SUPPRESS)  # `results` as JSON (an --identical subprocess)
     args = parser.parse_args()
     if args.rates_json:
         with open(args.rates_json, "w") as f:
             json.dump(rates(args.workers), f)
         return
+    if args.results_json:
+        with open(args.results_json, "w") as f:
+            json.dump(results(args.workers), f)
+        return
     print(f"CPUs: {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}")
+    if args.identical:
+        identical(args)
+        return
     if args.versus:
         versus(args)
         return
