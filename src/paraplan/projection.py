@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Any
 
 from paraplan.cost.block import (
     MATMUL_KINDS,
@@ -42,6 +43,7 @@ from paraplan.graph.partition import PipelineSplit, VirtualStage, chunks_per_ran
 from paraplan.memory.activations import FULL_INNER, OFFLOAD, LayerModes, layer_modes
 from paraplan.memory.blocks import BlockMemory, block_memory
 from paraplan.memory.model import MemoryResult, StageFootprint, expert_dp, pipeline_memory
+from paraplan.readset import ReadSet, ReadSetMemo
 from paraplan.result import Projection
 from paraplan.sim.costs import DEFAULT_DP_BUCKETS_PER_CHUNK, ChunkCost, PipelineCosts
 from paraplan.sim.engine import schedule_plan
@@ -513,9 +515,13 @@ def _chunk_cost(
     # the data-parallel ones per step (each label alike)
     sources = dict(total.comm_sources) if timer is not None else None
     if like is None:
-        dp_grad, dp_gather, fsdp_gather, fsdp_rs = _memo_dp_times(
+        # `_dp_times` once per distinct read-set; `sources` gets the same additions in the same order (the same floats)
+        times, added = _dp_times_memo(
             total.dense_params, total.expert_params, train, system, cal, groups, units, timer, sources
         )
+        dp_grad, dp_gather, fsdp_gather, fsdp_rs = times
+        for source_key, seconds in added:  # nothing without `sources`
+            sources[source_key] = sources.get(source_key, 0.0) + seconds  # type: ignore[index]
     else:
         like_chunk, like_extra = like
         dp_grad, dp_gather = like_chunk.dp_grad_reduce_s, like_chunk.dp_param_gather_s
@@ -836,59 +842,37 @@ class _RecordLog:
         self.added.append((key, seconds))
 
 
-class _DpTimesMemo:
-    """`_dp_times` results by (system, calibration, profile) object, then by the values it reads: the structures of a
-    tuner search that differ in their schedule, micro-batch size or recompute share their data-parallel collectives.
-    The objects are held here, so their ids stay theirs; `cache_clear` as an lru_cache's (a cold projection)."""
-
-    MAX_OBJECTS, MAX_ENTRIES = 64, 1 << 16
-
-    def __init__(self) -> None:
-        self.by_objects: dict[tuple[int, int, int], tuple[SystemSpec, Calibration, OpTimer | None, dict]] = {}
-
-    def cache_clear(self) -> None:
-        self.by_objects.clear()
-
-    def __call__(
-        self,
-        dense_params: float,
-        expert_params: float,
-        train: TrainingSpec,
-        system: SystemSpec,
-        cal: Calibration,
-        groups: Mapping[CommAxis, GroupPlacement],
-        fsdp_units: int = 1,
-        timer: OpTimer | None = None,
-        sources: dict[SourceKey, float] | None = None,
-    ) -> tuple[float, float, float, float]:
-        """`_dp_times`; `sources` gets the same additions in the same order (the same floats)."""
-        outer = (id(system), id(cal), id(timer))
-        entry = self.by_objects.get(outer)
-        if entry is None or entry[0] is not system or entry[1] is not cal or entry[2] is not timer:
-            if len(self.by_objects) >= self.MAX_OBJECTS:
-                self.by_objects.clear()
-            entry = self.by_objects[outer] = (system, cal, timer, {})
-        memo = entry[3]
-        key = (  # every value of `train` and `groups` that `_dp_times` reads
-            dense_params, expert_params, fsdp_units, groups[CommAxis.DP], expert_dp(train), train.etp * train.ep,
-            train.grad_reduce_bytes, train.param_gather_bytes, train.effective_ddp_bucket_size, train.shards_params,
-            train.shards_optimizer, train.zero_stage, sources is None,
-        )  # fmt: skip
-        found = memo.get(key)
-        if found is None:
-            log = None if sources is None else _RecordLog()
-            times = _dp_times(dense_params, expert_params, train, system, cal, groups, fsdp_units, timer, log)  # type: ignore[arg-type]
-            if len(memo) >= self.MAX_ENTRIES:
-                memo.clear()
-            found = memo[key] = (times, () if log is None else tuple(log.added))
-        times, added = found
-        if sources is not None:
-            for source_key, seconds in added:
-                sources[source_key] = sources.get(source_key, 0.0) + seconds
-        return times
+def _dp_times_logged(*args: Any) -> tuple[tuple[float, float, float, float], tuple[tuple[SourceKey, float], ...]]:
+    """`_dp_times(*args)` (all of `DP_TIMES_READS.params`, positionally), and what it recorded into `sources` (the
+    last), in order: a log in its place (nothing without one)."""
+    *rest, sources = args
+    log = None if sources is None else _RecordLog()
+    times = _dp_times(*rest, log)  # type: ignore[arg-type]
+    return times, () if log is None else tuple(log.added)
 
 
-_memo_dp_times = _DpTimesMemo()
+DP_TIMES_READS = ReadSet(
+    params=("dense_params", "expert_params", "train", "system", "cal", "groups", "fsdp_units", "timer", "sources"),
+    reads={
+        "train": (
+            ("expert_dp", expert_dp),
+            ("expert_group", lambda train: train.etp * train.ep),
+            "grad_reduce_bytes",
+            "param_gather_bytes",
+            "effective_ddp_bucket_size",
+            "shards_params",
+            "shards_optimizer",
+            "zero_stage",
+        ),
+        "groups": (("dp_group", lambda groups: groups[CommAxis.DP]),),
+        "sources": (("recorded", lambda sources: sources is not None),),
+    },
+    held=("system", "cal", "timer"),
+)
+"""Every value `_dp_times` reads (tests/core/test_readset.py: complete, and each read needed): the structures of a
+tuner search that differ in their schedule, micro-batch size or recompute share their data-parallel collectives."""
+
+_dp_times_memo = ReadSetMemo(_dp_times_logged, DP_TIMES_READS)
 
 
 def _dp_times(
