@@ -15,6 +15,7 @@ from paraplan.cost.collectives import SourceKey, record, timed_collective
 from paraplan.cost.comm import GroupPlacement
 from paraplan.cost.compute import compute_time_s
 from paraplan.cost.offload import host_copy_s
+from paraplan.fastinit import fastinit
 from paraplan.graph.backward import TP_INPUT_GRAD, TP_REGATHER, backward_ops, is_weightless_gemm
 from paraplan.graph.ops import CommAxis, Op, OpKind, Phase
 from paraplan.memory.activations import OFFLOAD, recomputed_ops
@@ -193,6 +194,7 @@ class PlacedGroups(Mapping[CommAxis, GroupPlacement]):
         return f"PlacedGroups({self._by_axis!r})"
 
 
+@fastinit
 @dataclass(frozen=True, slots=True)
 class BlockContext:
     """What a block's cost depends on besides its operators. A value: the projection caches block costs by it."""

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from paraplan.cost.quantize import RECIPES
+from paraplan.fastinit import fastinit
 from paraplan.graph.backward import TP_INPUT_GRAD
 from paraplan.graph.kernels import (
     CROSS_ENTROPY_EAGER_KERNELS,
@@ -69,6 +70,7 @@ def activation_bytes(precision: str) -> int:
     return FP32_ACT_BYTES if precision == "fp32" else ACT_BYTES
 
 
+@fastinit
 @dataclass(frozen=True, slots=True)
 class Shard:
     """The per-GPU view of one micro-batch: what TP, SP, CP, EP leave on one rank."""

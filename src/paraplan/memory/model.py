@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from paraplan.cost.block import gathered_params
+from paraplan.fastinit import fastinit
 from paraplan.graph import kinds as K
 from paraplan.memory.blocks import weight_params
 from paraplan.memory.loss import loss_extra_bytes_per_logit
@@ -90,6 +91,7 @@ def comm_buffer_bytes(model: ModelSpec, shard: Shard, train: TrainingSpec) -> fl
     return buffers
 
 
+@fastinit
 @dataclass(frozen=True, slots=True)
 class RankMemory:
     """Bytes on one GPU; `parts` add up to `total_bytes` (the module docstring names the three quantities)."""
@@ -399,6 +401,7 @@ class StageFootprint:
     """The largest decoder layer's gradients in flight in its backward (`memory.blocks.backward_transient_bytes`)."""
 
 
+@fastinit
 @dataclass(frozen=True, slots=True)
 class RankStates:
     """What one pipeline rank holds whatever it recomputes: its weights, gradients and optimizer states, the loss's

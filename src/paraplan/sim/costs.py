@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from paraplan.fastinit import fastinit
 from paraplan.specs.schedule import SCHEDULES
 from paraplan.specs.schedule import schedule as schedule_named
 
@@ -19,6 +20,7 @@ COMM_KINDS_INTRA = ("tp", "cp", "ep")
 ChunkCost carries, such as "etp", is reported the same way)."""
 
 
+@fastinit
 @dataclass(frozen=True, slots=True)
 class ChunkCost:
     """Durations for ONE micro-batch of ONE virtual model chunk on ONE pipeline rank."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from paraplan.fastinit import fastinit
 from paraplan.sim.breakdown import COMPUTE_PARTS, close_with_bubble
 from paraplan.sim.breakdown import BreakdownPart as Part
 from paraplan.sim.costs import ChunkCost, PipelineCosts
@@ -17,6 +18,7 @@ from paraplan.sim.engine import simulate
 from paraplan.sim.result import Event, SimResult
 
 
+@fastinit
 @dataclass(frozen=True, slots=True)
 class ChunkExtras:
     """What the simulator does not need but the breakdown reports, per chunk and micro-batch."""

@@ -12,6 +12,7 @@ from operator import attrgetter
 from typing import Literal
 
 from paraplan.errors import ConfigError, reject_unknown_names
+from paraplan.fastinit import fastinit
 from paraplan.specs.fieldtypes import coerce_fields
 from paraplan.specs.schedule import DEFAULT_SCHEDULE, SCHEDULES, PipelineSchedule
 from paraplan.specs.schedule import schedule as schedule_named
@@ -76,6 +77,7 @@ ALIASES: dict[str, str] = {
 }
 
 
+@fastinit
 @dataclass(frozen=True, slots=True)
 class TrainingSpec:
     tensor_model_parallel_size: int = 1
@@ -363,6 +365,11 @@ class TrainingSpec:
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
+
+    def __reduce__(self) -> tuple[type[TrainingSpec], tuple[object, ...]]:
+        """Pickled as its field values, rebuilt by `__init__` (positional, `fields` order): the same bytes as the
+        dataclass's state list, in about half the time to dump and load (the tuner's worker processes send specs)."""
+        return TrainingSpec, _field_values(self)
 
     def with_values(self, **values: object) -> TrainingSpec:
         """Replace fields given by canonical or short name (`ALIASES`); None values are ignored. A name that is
