@@ -5,7 +5,8 @@ spec misses wherever a field it never reads differs (the tuner's structures diff
 size and recompute, which `projection._dp_times` never reads), and hashing the spec costs more than the lookup
 saves. `ReadSet` declares, per parameter, what the function reads: attributes by name (fields or properties) and
 derived values (a label and a function of the argument); parameters named `held` are keyed by identity (the memo
-holds them, so their ids stay theirs: systems, calibrations, profiles), every other parameter by its value.
+holds them, so their ids stay theirs: systems, calibrations, profiles: a few per run), those named `pinned` by
+identity too, each entry holding its own (many per run: a stage's cached sums), every other parameter by its value.
 
 A declared read-set that misses a read would serve a stale result: tests/core/test_readset.py varies every field of
 the inputs and checks that equal keys give equal results, and that each declared read is needed (dropping it
@@ -31,21 +32,25 @@ def read_label(read: Read) -> str:
 @dataclass(frozen=True)
 class ReadSet:
     """What a function reads of its parameters (`params`, in call order): `reads` per parameter read through,
-    `held` parameters by identity, the others by value."""
+    `held` and `pinned` parameters by identity, the others by value."""
 
     params: tuple[str, ...]
     reads: Mapping[str, tuple[Read, ...]] = field(default_factory=dict)
     held: tuple[str, ...] = ()
+    pinned: tuple[str, ...] = ()
     _getters: tuple[Callable[[Any], Any], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        unknown = (set(self.reads) | set(self.held)) - set(self.params)
-        if unknown or set(self.reads) & set(self.held):
+        declared = [*self.reads, *self.held, *self.pinned]
+        unknown = set(declared) - set(self.params)
+        if unknown or len(set(declared)) < len(declared):
             raise ValueError(f"read-set of {self.params}: unknown or doubly declared parameters {sorted(unknown)}")
         getters = []
         for name in self.params:
             if name in self.held:
                 getters.append(_nothing)  # keyed by identity, outside the key (`ReadSetMemo.by_held`)
+            elif name in self.pinned:
+                getters.append(id)  # held by the entry (`ReadSetMemo`)
             elif name in self.reads:
                 getters.append(_reader(self.reads[name]))
             else:
@@ -59,6 +64,9 @@ class ReadSet:
     def held_objects(self, args: Sequence[Any]) -> tuple[Any, ...]:
         return tuple(arg for name, arg in zip(self.params, args, strict=True) if name in self.held)
 
+    def pinned_objects(self, args: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(arg for name, arg in zip(self.params, args, strict=True) if name in self.pinned)
+
     def without(self, param: str, label: str) -> ReadSet:
         """This read-set less one declared read (`label` of `param`'s reads; a parameter keyed by value or identity:
         `label` == `param`, dropped from the key): what the tests show would go stale."""
@@ -66,8 +74,9 @@ class ReadSet:
             kept = tuple(r for r in self.reads[param] if read_label(r) != label)
             if len(kept) == len(self.reads[param]):
                 raise KeyError(f"{param} has no declared read {label!r}")
-            return ReadSet(self.params, {**self.reads, param: kept}, self.held)
-        return ReadSet(self.params, {**self.reads, param: ()}, tuple(h for h in self.held if h != param))
+            return ReadSet(self.params, {**self.reads, param: kept}, self.held, self.pinned)
+        held, pinned = (tuple(p for p in names if p != param) for names in (self.held, self.pinned))
+        return ReadSet(self.params, {**self.reads, param: ()}, held, pinned)
 
     def labels(self) -> list[tuple[str, str]]:
         """Every declared read as (parameter, label): the reads of the parameters read through, the others whole."""
@@ -129,13 +138,10 @@ class ReadSetMemo:
                 self.by_held.clear()
             entry = self.by_held[outer] = (objects, {})
         memo = entry[1]
-        found = memo.get(key, _MISSING)
-        if found is _MISSING:
+        found = memo.get(key)
+        if found is None:
             self.misses += 1
             if len(memo) >= self.max_entries:
                 memo.clear()
-            found = memo[key] = self.function(*args)
-        return found
-
-
-_MISSING = object()
+            found = memo[key] = (self.function(*args), self.reads.pinned_objects(args))
+        return found[0]

@@ -1,10 +1,11 @@
-"""`paraplan.readset`: the declared read-set of `projection._dp_times` is complete (inputs with equal keys give equal
+"""`paraplan.readset`: the declared read-sets of `projection._dp_times` and `_chunk_cost` are complete (inputs with equal keys give equal
 results, over variations of every field of the training spec and of every other argument) and each declared read
 is needed (dropping it lets two inputs of different results share a key: the memo would go stale)."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import Any
 
@@ -14,7 +15,15 @@ from paraplan.cost.calibration import calibration_for
 from paraplan.cost.comm import place_group
 from paraplan.cost.profiled import shipped_ref
 from paraplan.graph.ops import CommAxis
-from paraplan.projection import DP_TIMES_READS, _dp_times_logged, _dp_times_memo
+from paraplan.projection import (
+    CHUNK_COST_READS,
+    DP_TIMES_READS,
+    _chunk_cost_memo,
+    _dp_times_logged,
+    _dp_times_memo,
+    _new_chunk_cost,
+    _StageSums,
+)
 from paraplan.readset import ReadSet, ReadSetMemo
 from paraplan.specs.presets import system_preset
 from paraplan.specs.schedule import SCHEDULES
@@ -91,45 +100,57 @@ TRAIN_VALUES: dict[str, tuple[Any, ...]] = {
 
 
 def _other_values() -> dict[str, tuple[Any, ...]]:
-    """Alternatives of `_dp_times`' other arguments (the held ones: distinct objects)."""
+    """Alternatives of the functions' other arguments (the held and pinned ones: distinct objects)."""
     gh200, h100 = system_preset("gh200", 1024), system_preset("h100-sxm5-80gb", 1024)
     cal = calibration_for("gh200", "megatron-lm")
+    stage = _StageSums(
+        num_layers=4, f=1e-2, b=2e-2, w=1e-2, recompute=5e-3, saved=1e9, comm_total={"tp": 1e-3},
+        comm_exposed={"tp": 4e-4}, dense_params=2e9, expert_params=5e8, refetch_params=1e8, quantized_weights=1e9,
+        comm_sources={("tp", "all_gather", "modelled"): 1e-3},
+    )  # fmt: skip
     return {
         "dense_params": (1e9, 3.5e9),
         "expert_params": (0.0, 2e9),
         "system": (gh200, h100),
-        "cal": (cal, replace(cal, scale_out_efficiency=cal.scale_out_efficiency * 0.9)),
+        "cal": (cal, replace(cal, scale_out_efficiency=cal.scale_out_efficiency * 0.9, overlap_interference=0.3)),
         "groups": ({CommAxis.DP: place_group(64, 8, 4)}, {CommAxis.DP: place_group(16, 1, 4)}),
         "fsdp_units": (1, 4),
         "timer": (None, shipped_ref("gh200")),
         "sources": (None, {}),
+        "total": (stage, replace(stage, f=2e-2, num_layers=2, refetch_params=0.0)),
+        "chunks": (1, 5),
     }
 
 
-def _inputs(seed: int = 0, bases: int = 24) -> list[dict[str, Any]]:
+def _inputs(params: tuple[str, ...], seed: int = 0, bases: int = 24) -> list[dict[str, Any]]:
     """Random inputs, and each one with one value changed (every alternative of every field and argument)."""
     rng = random.Random(seed)
-    others = _other_values()
+    values = TRAIN_VALUES | {name: v for name, v in _other_values().items() if name in params}
     out = []
     for _ in range(bases):
-        base = {name: rng.choice(values) for name, values in (TRAIN_VALUES | others).items()}
+        base = {name: rng.choice(alternatives) for name, alternatives in values.items()}
         out.append(base)
-        for name, values in (TRAIN_VALUES | others).items():
-            out += [{**base, name: value} for value in values if value is not base[name]]
+        for name, alternatives in values.items():
+            out += [{**base, name: value} for value in alternatives if value is not base[name]]
     return out
 
 
-def _call(inputs: dict[str, Any]) -> tuple[list[Any], Any]:
+# the memoized functions and their declared read-sets
+MEMOS = {"dp_times": (_dp_times_logged, DP_TIMES_READS), "chunk_cost": (_new_chunk_cost, CHUNK_COST_READS)}
+
+
+def _call(function: Callable[..., Any], reads: ReadSet, inputs: dict[str, Any]) -> tuple[list[Any], Any]:
     train = TrainingSpec(**{name: inputs[name] for name in TRAIN_VALUES})
-    args = [train if name == "train" else inputs[name] for name in DP_TIMES_READS.params]
-    if args[-1] is not None:
+    args = [train if name == "train" else inputs[name] for name in reads.params]
+    if reads.params[-1] == "sources" and args[-1] is not None:
         args[-1] = {}  # a fresh dict per call
-    return args, _dp_times_logged(*args)
+    return args, function(*args)
 
 
-@pytest.fixture(scope="module")
-def calls() -> list[tuple[list[Any], Any]]:
-    return [_call(inputs) for inputs in _inputs()]
+@pytest.fixture(scope="module", params=list(MEMOS))
+def memo(request: pytest.FixtureRequest) -> tuple[ReadSet, list[tuple[list[Any], Any]]]:
+    function, reads = MEMOS[request.param]
+    return reads, [_call(function, reads, inputs) for inputs in _inputs(reads.params)]
 
 
 def _stale(reads: ReadSet, calls: list[tuple[list[Any], Any]]) -> int:
@@ -145,21 +166,25 @@ def test_every_training_field_is_varied() -> None:
     assert set(TRAIN_VALUES) == {f.name for f in fields(TrainingSpec)}
 
 
-def test_the_read_set_is_complete(calls: list[tuple[list[Any], Any]]) -> None:
-    assert _stale(DP_TIMES_READS, calls) == 0
+def test_the_read_set_is_complete(memo: tuple[ReadSet, list[tuple[list[Any], Any]]]) -> None:
+    reads, calls = memo
+    assert _stale(reads, calls) == 0
 
 
-@pytest.mark.parametrize("param,label", DP_TIMES_READS.labels(), ids=lambda x: x)
-def test_each_read_is_needed(param: str, label: str, calls: list[tuple[list[Any], Any]]) -> None:
-    assert _stale(DP_TIMES_READS.without(param, label), calls) > 0, f"{param}.{label} is never needed"
+def test_each_read_is_needed(memo: tuple[ReadSet, list[tuple[list[Any], Any]]]) -> None:
+    reads, calls = memo
+    unneeded = [f"{param}.{label}" for param, label in reads.labels() if not _stale(reads.without(param, label), calls)]
+    assert not unneeded, f"declared reads never needed (or not varied by the test): {unneeded}"
 
 
-def test_the_memo_gives_the_function_s_results(calls: list[tuple[list[Any], Any]]) -> None:
-    """Through the memo, cold and warm: the same times, and the same records in the same order."""
-    _dp_times_memo.cache_clear()
+def test_the_memo_gives_the_function_s_results(memo: tuple[ReadSet, list[tuple[list[Any], Any]]]) -> None:
+    """Through the memo, cold and warm: the same results (the data-parallel records in the same order)."""
+    reads, calls = memo
+    cached = _dp_times_memo if reads is DP_TIMES_READS else _chunk_cost_memo
+    cached.cache_clear()
     for _ in range(2):
         for args, result in calls[:400]:
-            assert _dp_times_memo(*args) == result
+            assert repr(cached(*args)) == repr(result)
 
 
 def test_memo_holds_objects_by_identity() -> None:
