@@ -875,16 +875,10 @@ tuner search that differ in their schedule, micro-batch size or recompute share 
 _dp_times_memo = ReadSetMemo(_dp_times_logged, DP_TIMES_READS)
 
 
-def _new_chunk_cost(
-    total: _StageSums,
-    train: TrainingSpec,
-    system: SystemSpec,
-    cal: Calibration,
-    groups: Mapping[CommAxis, GroupPlacement],
-    chunks: int,
-    timer: OpTimer | None,
-) -> tuple[ChunkCost, ChunkExtras, float, float]:
-    return _chunk_cost(total, train, system, cal, groups, chunks, None, timer)
+def _new_chunk_cost(*args: Any) -> tuple[ChunkCost, ChunkExtras, float, float]:
+    """`_chunk_cost` without `like`: its arguments but `like`, positionally (`CHUNK_COST_READS.params`)."""
+    *head, timer = args
+    return _chunk_cost(*head, None, timer)
 
 
 CHUNK_COST_READS = ReadSet(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import is_
 from typing import Any
 
 Read = str | tuple[str, Callable[[Any], Any]]
@@ -38,34 +38,46 @@ class ReadSet:
     reads: Mapping[str, tuple[Read, ...]] = field(default_factory=dict)
     held: tuple[str, ...] = ()
     pinned: tuple[str, ...] = ()
-    _getters: tuple[Callable[[Any], Any], ...] = field(init=False, repr=False, compare=False)
+    split: Callable[..., tuple[tuple[Any, ...], tuple[int, ...], tuple[Any, ...], tuple[Any, ...]]] = field(
+        init=False, repr=False, compare=False
+    )
+    """(key, the held arguments' ids, the held arguments, the pinned ones) of one call's arguments (all of `params`,
+    positionally): one generated function, the attributes read inline (a memo asks it on every call)."""
 
     def __post_init__(self) -> None:
         declared = [*self.reads, *self.held, *self.pinned]
         unknown = set(declared) - set(self.params)
-        if unknown or len(set(declared)) < len(declared):
+        if unknown or len(set(declared)) < len(declared) or not all(p.isidentifier() for p in self.params):
             raise ValueError(f"read-set of {self.params}: unknown or doubly declared parameters {sorted(unknown)}")
-        getters = []
-        for name in self.params:
-            if name in self.held:
-                getters.append(_nothing)  # keyed by identity, outside the key (`ReadSetMemo.by_held`)
-            elif name in self.pinned:
-                getters.append(id)  # held by the entry (`ReadSetMemo`)
-            elif name in self.reads:
-                getters.append(_reader(self.reads[name]))
-            else:
-                getters.append(_identity)
-        object.__setattr__(self, "_getters", tuple(getters))
+        names: dict[str, Any] = {}
+        key = []
+        for param in self.params:
+            if param in self.pinned:
+                key.append(f"id({param})")  # the entry holds it (`ReadSetMemo`)
+            elif param in self.reads:
+                for i, read in enumerate(self.reads[param]):
+                    if isinstance(read, str):
+                        key.append(f"{param}.{read}")
+                    else:
+                        names[f"_{param}_{i}"] = read[1]
+                        key.append(f"_{param}_{i}({param})")
+            elif param not in self.held:
+                key.append(param)
+        held, pinned = ("".join(f"{p}, " for p in names) for names in (self.held, self.pinned))
+        ids = "".join(f"id({p}), " for p in self.held)
+        source = (
+            f"def split({', '.join(self.params)}):\n"
+            f"    return ({''.join(f'{k}, ' for k in key)}), ({ids}), ({held}), ({pinned})\n"
+        )
+        exec(source, names)  # noqa: S102 - built above from the declared identifiers
+        object.__setattr__(self, "split", names["split"])
 
     def key(self, args: Sequence[Any]) -> tuple[Any, ...]:
-        """The memo's key of one call's arguments (all of `params`, positionally)."""
-        return tuple([get(arg) for get, arg in zip(self._getters, args, strict=True)])
+        """The memo's key of one call's arguments (the held ones apart: `held_objects`)."""
+        return self.split(*args)[0]
 
     def held_objects(self, args: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(arg for name, arg in zip(self.params, args, strict=True) if name in self.held)
-
-    def pinned_objects(self, args: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(arg for name, arg in zip(self.params, args, strict=True) if name in self.pinned)
+        return self.split(*args)[2]
 
     def without(self, param: str, label: str) -> ReadSet:
         """This read-set less one declared read (`label` of `param`'s reads; a parameter keyed by value or identity:
@@ -86,32 +98,6 @@ class ReadSet:
         return out
 
 
-def _identity(value: Any) -> Any:
-    return value
-
-
-def _nothing(value: Any) -> None:
-    return None
-
-
-def _reader(reads: tuple[Read, ...]) -> Callable[[Any], Any]:
-    """One function reading every declared value of an argument, in order (attribute names by one attrgetter)."""
-    names = [r for r in reads if isinstance(r, str)]
-    derived = [r[1] for r in reads if not isinstance(r, str)]
-    if not derived:
-        if not names:
-            return lambda _: ()
-        get = attrgetter(*names)
-        return get if len(names) > 1 else lambda value: (get(value),)
-    attrs = attrgetter(*names) if len(names) > 1 else (lambda value: (getattr(value, names[0]),)) if names else None
-
-    def read(value: Any) -> tuple[Any, ...]:
-        got = tuple(f(value) for f in derived)
-        return got if attrs is None else (*attrs(value), *got)
-
-    return read
-
-
 class ReadSetMemo:
     """`function`'s results by `reads.key` of its arguments, for objects held by identity up to `max_held` at once
     and `max_entries` keys per such set (each cleared whole when full); `cache_clear` as an lru_cache's."""
@@ -129,11 +115,9 @@ class ReadSetMemo:
         self.by_held.clear()
 
     def __call__(self, *args: Any) -> Any:
-        key = self.reads.key(args)
-        objects = self.reads.held_objects(args)
-        outer = tuple(map(id, objects))
+        key, outer, objects, pinned = self.reads.split(*args)
         entry = self.by_held.get(outer)
-        if entry is None or any(a is not b for a, b in zip(entry[0], objects, strict=True)):
+        if entry is None or not all(map(is_, entry[0], objects)):
             if len(self.by_held) >= self.max_held:
                 self.by_held.clear()
             entry = self.by_held[outer] = (objects, {})
@@ -143,5 +127,5 @@ class ReadSetMemo:
             self.misses += 1
             if len(memo) >= self.max_entries:
                 memo.clear()
-            found = memo[key] = (self.function(*args), self.reads.pinned_objects(args))
+            found = memo[key] = (self.function(*args), pinned)
         return found[0]

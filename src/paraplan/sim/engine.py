@@ -174,7 +174,11 @@ def _grad_reduction_compiled(
     rank_of, tasks, chunk, keys = found
     pairs = zip(rank_of.tolist(), chunk.tolist(), strict=True)
     reduce_s = np.array([costs.chunks[r][c].dp_grad_reduce_s for r, c in pairs], dtype=np.float64)
-    last = np.array([float(end[h - 1]) if h > lo else 0.0 for lo, h in zip(plan.lo, plan.hi, strict=True)])
+    last_tasks = plan.last_tasks
+    if last_tasks is not None:
+        last = end[last_tasks]
+    else:
+        last = np.array([float(end[h - 1]) if h > lo else 0.0 for lo, h in zip(plan.lo, plan.hi, strict=True)])
     done = grad_reduction(
         last, start, tasks, reduce_s, dur_s[keys], rank_of, int(costs.dp_buckets_per_chunk),
         bool(costs.overlap_grad_reduce), np.array(dp_free, dtype=np.float64),

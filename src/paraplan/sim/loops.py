@@ -285,10 +285,13 @@ def full_loop_jit(
     free = gate[list(plan.lo)]
     grads_done, scatters_done = np.zeros(pp), np.zeros(pp)
     _, full = loops()
+    padded = tables.padded  # the tables with the entry after the last key (`sim.tables.timing_layout`)
+    if padded is None:
+        padded = (np.append(tables.dur_s, 0.0), np.append(gathers, 0.0), None, np.append(units, 1.0))
+        padded += (np.append(tables.fsdp_on_demand, 0.0),)
     full(
         rows.tasks, rows.dep0, rows.dep1, rows.dep2, rows.ranks, rows.send0, rows.send1, rows.keys, rows.next_keys,
-        tables.dur_s, np.append(tables.dur_s, 0.0), np.append(gathers, 0.0), np.append(units, 1.0),
-        tables.fsdp_scatter_s, np.append(tables.fsdp_on_demand, 0.0), reduce_share, int(buckets),
+        tables.dur_s, padded[0], padded[1], padded[3], tables.fsdp_scatter_s, padded[4], reduce_share, int(buckets),
         t, start, dp_s, gate, free, grads_done, scatters_done, float(costs.p2p_s),
     )  # fmt: skip
     end = t[: n + 1].copy()

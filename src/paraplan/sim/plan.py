@@ -91,6 +91,14 @@ class Plan:
         return [col[task] for col in self.rows[:-2] if col[task]]
 
     @cached_property
+    def last_tasks(self) -> np.ndarray | None:
+        """Each rank's last task (int64, rank order), set up once per plan for the engines; None where a rank has
+        no task."""
+        if any(h <= lo for lo, h in zip(self.lo, self.hi, strict=True)):
+            return None
+        return np.array(self.hi, dtype=np.int64) - 1
+
+    @cached_property
     def first_forwards(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:
         """Per rank: (task, chunk, cost key) of each chunk's first forward, in task order."""
         return self._in_task_order(self.first_forward)

@@ -86,7 +86,11 @@ def summarize(
     step time and memory alone)."""
     pp, n_chunks = plan.pp, plan.n_chunks
     end = tl.end_s
-    pipeline_s = max((float(end[h - 1]) for lo, h in zip(plan.lo, plan.hi, strict=True) if h > lo), default=0.0)
+    last_tasks = plan.last_tasks
+    if last_tasks is not None and isinstance(end, np.ndarray):
+        pipeline_s = float(end[last_tasks].max())  # the same float: a maximum rounds nothing
+    else:
+        pipeline_s = max((float(end[h - 1]) for lo, h in zip(plan.lo, plan.hi, strict=True) if h > lo), default=0.0)
     busy = (plan.key_counts @ tables.dur_s).tolist()
     rank_done = list(tl.rank_done_s)
     sync_s = max(rank_done)

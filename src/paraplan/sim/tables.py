@@ -33,6 +33,10 @@ class DurationTables:
     fsdp_scatter_s: np.ndarray  # FSDP reduce-scatter of the gradients the task makes (W, BW)
     fsdp_units: np.ndarray  # FSDP units the task's gather and reduce-scatter come in (>= 1; 1 on demand)
     fsdp_on_demand: np.ndarray  # 1.0 where the task's FSDP gather and reduce-scatter are not overlapped
+    padded: np.ndarray | None = None
+    """[5, n_keys + 1]: `dur_s`, `fsdp_gather_s`, `fsdp_scatter_s`, `fsdp_units` and `fsdp_on_demand` (views of its
+    rows) each with the entry the compiled loops append after the last key (0.0, 1.0 for the units); None where the
+    tables were built apart."""
 
 
 def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> DurationTables:
@@ -43,7 +47,7 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
     n_base = len(flat) * N_KINDS
     n_keys = plan.n_keys
     if not parts and not plan.pair_keys:
-        return _timing_tables(flat, n_keys)
+        return _timing_tables(plan, flat)
 
     def column(values: list[float]) -> np.ndarray:
         return np.array(values, dtype=np.float64)
@@ -97,35 +101,66 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
     return DurationTables(dur, fwd, bwd, rec, exposed, hidden, gather, scatter, units, demand)
 
 
-def _timing_tables(flat: list[ChunkCost], n_keys: int) -> DurationTables:
+FIGURES = 8
+"""A chunk's figures for the durations and FSDP times, in `_timing_tables`' order: forward, backward input, backward
+weight, FSDP gather, refetch, reduce-scatter, on demand (0 or 1) and units."""
+_BW, _BEFORE_B = FIGURES, FIGURES + 1  # the two sums per chunk after its figures: B + W, gather + refetch
+_PER_CHUNK = FIGURES + 2
+TIMING_ROWS = ("dur_s", "fsdp_gather_s", "fsdp_scatter_s", "fsdp_units", "fsdp_on_demand")
+
+
+def timing_layout(plan: Plan, n_flat: int) -> np.ndarray:
+    """[5, n_keys + 1]: where each entry of the timing tables (`TIMING_ROWS`) comes from, as an index into a call's
+    values (its chunks' figures and their two sums, `_PER_CHUNK` per chunk, then the constants 0.0 and 1.0); the
+    extra last column is the constant the compiled loops append (0.0, or 1.0 for the units). The same for every
+    call on the plan with `n_flat` chunks: built once, kept in its memo."""
+    key = ("timing_layout", n_flat)
+    layout = plan.memo.get(key)
+    if layout is None:
+        n_keys = plan.n_keys
+        zero, one = n_flat * _PER_CHUNK, n_flat * _PER_CHUNK + 1
+        layout = np.full((len(TIMING_ROWS), n_keys + 1), zero, dtype=np.int64)
+        layout[3] = one  # units: 1 where no chunk sets them (pairs' keys are built apart)
+        base = np.arange(n_flat, dtype=np.int64)[:, None] * _PER_CHUNK  # [chunk, 1]
+        by_kind = [row[: n_flat * N_KINDS].reshape(n_flat, N_KINDS) for row in layout]  # views: [chunk, kind]
+        dur, gather, scatter, units, demand = by_kind
+        dur[:, [F, B, W]] = base + np.array([0, 1, 2])
+        dur[:, BW] = base[:, 0] + _BW
+        gather[:, F] = base[:, 0] + 3
+        gather[:, [B, BW]] = base + _BEFORE_B
+        scatter[:, [W, BW]] = base + 5
+        units[:] = base + 7
+        demand[:] = base + 6
+        layout = plan.memo[key] = layout
+    return layout
+
+
+def _timing_tables(plan: Plan, flat: list[ChunkCost]) -> DurationTables:
     """`build_tables(parts=False)` without F&B pairs: the durations and FSDP times by key, from one array of the
-    chunks' figures (the same floats: b + w and gather + refetch are the same additions, element by element)."""
+    chunks' figures gathered through the plan's `timing_layout` (the same floats: b + w and gather + refetch are the
+    same additions, element by element; tests/sim/test_tables.py). The tables are views of one padded array
+    (`DurationTables.padded`), whose extra column the compiled loops read."""
     figures = np.array(
         [
             (
                 c.forward_s, c.backward_input_s, c.backward_weight_s, c.fsdp_gather_s, c.fsdp_refetch_s,
                 c.fsdp_reduce_scatter_s, float(c.fsdp_on_demand), 1 if c.fsdp_on_demand else max(1, c.fsdp_units),
+                0.0, 0.0,
             )
             for c in flat
         ],
         dtype=np.float64,
-    ).reshape(len(flat), 8)  # fmt: skip
-    n_base = len(flat) * N_KINDS
-    dur, gather, scatter = np.zeros(n_keys), np.zeros(n_keys), np.zeros(n_keys)
-    units, demand = np.ones(n_keys), np.zeros(n_keys)
-    by_kind = dur[:n_base].reshape(-1, N_KINDS)  # views: [chunk, kind]
-    by_kind[:, :3] = figures[:, :3]
-    by_kind[:, BW] = figures[:, 1] + figures[:, 2]
-    before_b = figures[:, 3] + figures[:, 4]
-    by_kind = gather[:n_base].reshape(-1, N_KINDS)
-    by_kind[:, F] = figures[:, 3]
-    by_kind[:, B] = by_kind[:, BW] = before_b
-    by_kind = scatter[:n_base].reshape(-1, N_KINDS)
-    by_kind[:, W] = by_kind[:, BW] = figures[:, 5]
-    units[:n_base].reshape(-1, N_KINDS)[:] = figures[:, 7:8]
-    demand[:n_base].reshape(-1, N_KINDS)[:] = figures[:, 6:7]
-    none = np.zeros(n_keys)
-    return DurationTables(dur, none, none, none, {}, {}, gather, scatter, units, demand)
+    ).reshape(len(flat), _PER_CHUNK)  # fmt: skip
+    figures[:, _BW] = figures[:, 1] + figures[:, 2]
+    figures[:, _BEFORE_B] = figures[:, 3] + figures[:, 4]
+    values = np.concatenate((figures.ravel(), _CONSTANTS))
+    padded = values[timing_layout(plan, len(flat))]
+    dur, gather, scatter, units, demand = (row[:-1] for row in padded)
+    none = np.zeros(plan.n_keys)
+    return DurationTables(dur, none, none, none, {}, {}, gather, scatter, units, demand, padded)
+
+
+_CONSTANTS = np.array([0.0, 1.0])
 
 
 def _pair_entries(
