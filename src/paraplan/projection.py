@@ -631,7 +631,7 @@ def stage_costs(
             train.bf16_edge_layers,
         )
         total = _stage_sums_of(parts, model, shard, ctx, options.measured_blocks)
-        chunk, _, dense, expert = _chunk_cost_memo(total, train, system, cal, groups, chunks, options.profile)
+        chunk, _, dense, expert = _chunk_cost(total, train, system, cal, groups, chunks, timer=options.profile)
         optimizer_s = _optimizer_time(dense, expert, train, expert_dp(train), system, cal)
         out.append(
             StageCosts(
@@ -685,7 +685,7 @@ def project_specs(
         flops_model += 3 * total.flops * times
         flops_hw += (3 * total.flops + total.recompute_flops) * times
     chunk_costs = {
-        parts: _chunk_cost_memo(total, train, system, cal, groups, chunks, options.profile)
+        parts: _chunk_cost(total, train, system, cal, groups, chunks, timer=options.profile)
         for parts, total in sums.items()
     }
     typical_costs = chunk_costs
@@ -873,34 +873,6 @@ DP_TIMES_READS = ReadSet(
 tuner search that differ in their schedule, micro-batch size or recompute share their data-parallel collectives."""
 
 _dp_times_memo = ReadSetMemo(_dp_times_logged, DP_TIMES_READS)
-
-
-def _new_chunk_cost(*args: Any) -> tuple[ChunkCost, ChunkExtras, float, float]:
-    """`_chunk_cost` without `like`: its arguments but `like`, positionally (`CHUNK_COST_READS.params`)."""
-    *head, timer = args
-    return _chunk_cost(*head, None, timer)
-
-
-CHUNK_COST_READS = ReadSet(
-    params=("total", "train", "system", "cal", "groups", "chunks", "timer"),
-    reads={
-        # what `_dp_times` reads, and the spec's framework, CUDA graphs, precision and micro-batches: with
-        # `shards_params` and the framework they decide `refetches_recomputed_params` and `gathers_on_demand`, with the
-        # precision `param_gather_bytes`
-        "train": (
-            *(read for read in DP_TIMES_READS.reads["train"] if read != "param_gather_bytes"),
-            *("framework", "cuda_graph_scope", "precision", "num_microbatches"),
-        ),
-        "groups": DP_TIMES_READS.reads["groups"],
-    },
-    held=("system", "cal", "timer"),
-    pinned=("total",),
-)
-"""Every value `_chunk_cost` without `like` reads (tests/core/test_readset.py: complete, and each read needed), the
-stage's sums by identity (cached per stage: `_cached_stage_sums`). A tuner search meets each stage's chunk in many
-candidates."""
-
-_chunk_cost_memo = ReadSetMemo(_new_chunk_cost, CHUNK_COST_READS)
 
 
 def _dp_times(

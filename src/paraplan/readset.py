@@ -5,8 +5,7 @@ spec misses wherever a field it never reads differs (the tuner's structures diff
 size and recompute, which `projection._dp_times` never reads), and hashing the spec costs more than the lookup
 saves. `ReadSet` declares, per parameter, what the function reads: attributes by name (fields or properties) and
 derived values (a label and a function of the argument); parameters named `held` are keyed by identity (the memo
-holds them, so their ids stay theirs: systems, calibrations, profiles: a few per run), those named `pinned` by
-identity too, each entry holding its own (many per run: a stage's cached sums), every other parameter by its value.
+holds them, so their ids stay theirs: systems, calibrations, profiles), every other parameter by its value.
 
 A declared read-set that misses a read would serve a stale result: tests/core/test_readset.py varies every field of
 the inputs and checks that equal keys give equal results, and that each declared read is needed (dropping it
@@ -32,29 +31,26 @@ def read_label(read: Read) -> str:
 @dataclass(frozen=True)
 class ReadSet:
     """What a function reads of its parameters (`params`, in call order): `reads` per parameter read through,
-    `held` and `pinned` parameters by identity, the others by value."""
+    `held` parameters by identity, the others by value."""
 
     params: tuple[str, ...]
     reads: Mapping[str, tuple[Read, ...]] = field(default_factory=dict)
     held: tuple[str, ...] = ()
-    pinned: tuple[str, ...] = ()
-    split: Callable[..., tuple[tuple[Any, ...], tuple[int, ...], tuple[Any, ...], tuple[Any, ...]]] = field(
+    split: Callable[..., tuple[tuple[Any, ...], tuple[int, ...], tuple[Any, ...]]] = field(
         init=False, repr=False, compare=False
     )
-    """(key, the held arguments' ids, the held arguments, the pinned ones) of one call's arguments (all of `params`,
-    positionally): one generated function, the attributes read inline (a memo asks it on every call)."""
+    """(key, the held arguments' ids, the held arguments) of one call's arguments (all of `params`, positionally): one
+    generated function, the attributes read inline (a memo asks it on every call)."""
 
     def __post_init__(self) -> None:
-        declared = [*self.reads, *self.held, *self.pinned]
+        declared = [*self.reads, *self.held]
         unknown = set(declared) - set(self.params)
         if unknown or len(set(declared)) < len(declared) or not all(p.isidentifier() for p in self.params):
             raise ValueError(f"read-set of {self.params}: unknown or doubly declared parameters {sorted(unknown)}")
         names: dict[str, Any] = {}
         key = []
         for param in self.params:
-            if param in self.pinned:
-                key.append(f"id({param})")  # the entry holds it (`ReadSetMemo`)
-            elif param in self.reads:
+            if param in self.reads:
                 for i, read in enumerate(self.reads[param]):
                     if isinstance(read, str):
                         key.append(f"{param}.{read}")
@@ -63,12 +59,10 @@ class ReadSet:
                         key.append(f"_{param}_{i}({param})")
             elif param not in self.held:
                 key.append(param)
-        held, pinned = ("".join(f"{p}, " for p in names) for names in (self.held, self.pinned))
+        held = "".join(f"{p}, " for p in self.held)
         ids = "".join(f"id({p}), " for p in self.held)
-        source = (
-            f"def split({', '.join(self.params)}):\n"
-            f"    return ({''.join(f'{k}, ' for k in key)}), ({ids}), ({held}), ({pinned})\n"
-        )
+        returned = f"({''.join(f'{k}, ' for k in key)}), ({ids}), ({held})"
+        source = f"def split({', '.join(self.params)}):\n    return {returned}\n"
         exec(source, names)  # noqa: S102 - built above from the declared identifiers
         object.__setattr__(self, "split", names["split"])
 
@@ -86,9 +80,8 @@ class ReadSet:
             kept = tuple(r for r in self.reads[param] if read_label(r) != label)
             if len(kept) == len(self.reads[param]):
                 raise KeyError(f"{param} has no declared read {label!r}")
-            return ReadSet(self.params, {**self.reads, param: kept}, self.held, self.pinned)
-        held, pinned = (tuple(p for p in names if p != param) for names in (self.held, self.pinned))
-        return ReadSet(self.params, {**self.reads, param: ()}, held, pinned)
+            return ReadSet(self.params, {**self.reads, param: kept}, self.held)
+        return ReadSet(self.params, {**self.reads, param: ()}, tuple(h for h in self.held if h != param))
 
     def labels(self) -> list[tuple[str, str]]:
         """Every declared read as (parameter, label): the reads of the parameters read through, the others whole."""
@@ -115,7 +108,7 @@ class ReadSetMemo:
         self.by_held.clear()
 
     def __call__(self, *args: Any) -> Any:
-        key, outer, objects, pinned = self.reads.split(*args)
+        key, outer, objects = self.reads.split(*args)
         entry = self.by_held.get(outer)
         if entry is None or not all(map(is_, entry[0], objects)):
             if len(self.by_held) >= self.max_held:
@@ -127,5 +120,5 @@ class ReadSetMemo:
             self.misses += 1
             if len(memo) >= self.max_entries:
                 memo.clear()
-            found = memo[key] = (self.function(*args), pinned)
-        return found[0]
+            found = memo[key] = self.function(*args)
+        return found

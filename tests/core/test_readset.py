@@ -1,4 +1,4 @@
-"""`paraplan.readset`: the declared read-sets of `projection._dp_times` and `_chunk_cost` are complete (inputs with equal keys give equal
+"""`paraplan.readset`: the declared read-set of `projection._dp_times` is complete (inputs with equal keys give equal
 results, over variations of every field of the training spec and of every other argument) and each declared read
 is needed (dropping it lets two inputs of different results share a key: the memo would go stale)."""
 
@@ -16,13 +16,9 @@ from paraplan.cost.comm import place_group
 from paraplan.cost.profiled import shipped_ref
 from paraplan.graph.ops import CommAxis
 from paraplan.projection import (
-    CHUNK_COST_READS,
     DP_TIMES_READS,
-    _chunk_cost_memo,
     _dp_times_logged,
     _dp_times_memo,
-    _new_chunk_cost,
-    _StageSums,
 )
 from paraplan.readset import ReadSet, ReadSetMemo
 from paraplan.specs.presets import system_preset
@@ -100,25 +96,18 @@ TRAIN_VALUES: dict[str, tuple[Any, ...]] = {
 
 
 def _other_values() -> dict[str, tuple[Any, ...]]:
-    """Alternatives of the functions' other arguments (the held and pinned ones: distinct objects)."""
+    """Alternatives of the functions' other arguments (the held ones: distinct objects)."""
     gh200, h100 = system_preset("gh200", 1024), system_preset("h100-sxm5-80gb", 1024)
     cal = calibration_for("gh200", "megatron-lm")
-    stage = _StageSums(
-        num_layers=4, f=1e-2, b=2e-2, w=1e-2, recompute=5e-3, saved=1e9, comm_total={"tp": 1e-3},
-        comm_exposed={"tp": 4e-4}, dense_params=2e9, expert_params=5e8, refetch_params=1e8, quantized_weights=1e9,
-        comm_sources={("tp", "all_gather", "modelled"): 1e-3},
-    )  # fmt: skip
     return {
         "dense_params": (1e9, 3.5e9),
         "expert_params": (0.0, 2e9),
         "system": (gh200, h100),
-        "cal": (cal, replace(cal, scale_out_efficiency=cal.scale_out_efficiency * 0.9, overlap_interference=0.3)),
+        "cal": (cal, replace(cal, scale_out_efficiency=cal.scale_out_efficiency * 0.9)),
         "groups": ({CommAxis.DP: place_group(64, 8, 4)}, {CommAxis.DP: place_group(16, 1, 4)}),
         "fsdp_units": (1, 4),
         "timer": (None, shipped_ref("gh200")),
         "sources": (None, {}),
-        "total": (stage, replace(stage, f=2e-2, num_layers=2, refetch_params=0.0)),
-        "chunks": (1, 5),
     }
 
 
@@ -136,7 +125,7 @@ def _inputs(params: tuple[str, ...], seed: int = 0, bases: int = 24) -> list[dic
 
 
 # the memoized functions and their declared read-sets
-MEMOS = {"dp_times": (_dp_times_logged, DP_TIMES_READS), "chunk_cost": (_new_chunk_cost, CHUNK_COST_READS)}
+MEMOS = {"dp_times": (_dp_times_logged, DP_TIMES_READS)}
 
 
 def _call(function: Callable[..., Any], reads: ReadSet, inputs: dict[str, Any]) -> tuple[list[Any], Any]:
@@ -180,11 +169,10 @@ def test_each_read_is_needed(memo: tuple[ReadSet, list[tuple[list[Any], Any]]]) 
 def test_the_memo_gives_the_function_s_results(memo: tuple[ReadSet, list[tuple[list[Any], Any]]]) -> None:
     """Through the memo, cold and warm: the same results (the data-parallel records in the same order)."""
     reads, calls = memo
-    cached = _dp_times_memo if reads is DP_TIMES_READS else _chunk_cost_memo
-    cached.cache_clear()
+    _dp_times_memo.cache_clear()
     for _ in range(2):
         for args, result in calls[:400]:
-            assert repr(cached(*args)) == repr(result)
+            assert repr(_dp_times_memo(*args)) == repr(result)
 
 
 def test_memo_holds_objects_by_identity() -> None:
