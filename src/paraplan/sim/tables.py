@@ -144,7 +144,8 @@ def _timing_tables(plan: Plan, flat: list[ChunkCost]) -> DurationTables:
         [
             (
                 c.forward_s, c.backward_input_s, c.backward_weight_s, c.fsdp_gather_s, c.fsdp_refetch_s,
-                c.fsdp_reduce_scatter_s, float(c.fsdp_on_demand), 1 if c.fsdp_on_demand else max(1, c.fsdp_units),
+                c.fsdp_reduce_scatter_s, float(c.fsdp_on_demand),
+                1 if c.fsdp_on_demand or c.fsdp_units < 1 else c.fsdp_units,  # max(1, units) without the call
                 0.0, 0.0,
             )
             for c in flat
