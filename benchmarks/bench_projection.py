@@ -100,6 +100,21 @@ and vs main under this work (095c687), --identical: public cold 1.567 ms (1.826,
 405b cold 2.989 ms (3.394, 1.14x), kept 2.134 (2.552, 1.20x), warm 1.029 (1.048, 1.02x); every public.csv projection
 identical to 095c687's (3,654 compared, 0 differ; with PARAPLAN_NO_JIT=1 too).
 
+Read-sets, faster dataclass inits, set-up per plan (issue 35, branch speed6, 2026-12-05; the changes are in
+bench_tune.py's notes; every public.csv projection identical to 0f37c2b's, 3,654 compared, compiled and with
+PARAPLAN_NO_JIT=1). The cold measure crashed on main (it called `cache_clear` on the memo's class, not its instance:
+memo classes are skipped now). Profile of a cold projection before (cProfile, the 151 public rows, 0f37c2b; shares of
+project_specs): stage and block costs 43%, the simulation 32% (plan 12.6%, timeline 8.4%, tables 4.9%, summarize
+4.3%), model FLOPs 4.7%, layouts 3.9%, chunk costs 2.9%, memory 2.8%, validator 1.5%, calibration 1.5%: the costing of
+a block per op is still what the 10x needs cheaper. A first memo key built from attrgetters and generators cost more
+than the hand-written one on the cold path (about 65 us per projection profiled); the key is now one generated
+function. Measured 16:42 (load average 1.4-1.7), --repeat 3 --rounds 3 --identical, medians, vs 0f37c2b:
+  public rows (151), cold:                 1.715 ms, baseline 1.822 ms: 1.06x  (target 10x: not met)
+  public rows, cold, schedules kept:       1.453 ms, baseline 1.591 ms: 1.09x
+  llama3.1-405b, cold:                     3.188 ms, baseline 3.358 ms: 1.05x (target <= 5 ms: met)
+  llama3.1-405b, cold, schedules kept:     2.283 ms, baseline 2.388 ms: 1.05x
+  llama3.1-405b, warm:                     0.990 ms, baseline 1.064 ms: 1.08x
+
 `--identical` also compares every projection of public.csv (all sources, analytic and with the shipped fitted
 profiles: the whole Projection's repr) with the baseline's: all 3,654 identical (1,829 rows, 4 unread in both)
 against 5a72f49, main under this work (against an older ref, figures that work merged since changed show too).

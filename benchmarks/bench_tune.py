@@ -119,6 +119,32 @@ cold stage sums ~90 us, chunk costs ~50 us; with 2 workers the cold costs (block
 both (1,417 + 1,481 blocks against 1,499 serial; 402 plans against 317) and the parent spends ~1.2 s (seed, listing,
 ordering): sharing cold costs across workers, or plans and timelines cheaper per call, is the next step.
 
+Read-sets, faster dataclass inits, set-up per plan (issue 35, branch speed6, 2026-12-05; every tuner result identical
+to 0f37c2b by `--identical`: counts, top five and every evaluation's repr, analytic and fitted, 1 and 2 workers; 3,654
+public projections identical, compiled and PARAPLAN_NO_JIT=1). --profile before (0f37c2b, 12.2 s profiled, 5,964
+projected, load average 0.7): the projection 51% (the simulation 22%, stage and block costs 15%, memory per rank 10%,
+validator 2%), the memory filter 28%, candidates 7%; no function above 3% of its own: the builtins max and sum (the
+memory model's per-rank sums, the tables' per-chunk rows), the compiled plan builder (265 plans), `_chunk_cost`
+(33,912 calls), `_ranks_states`, `peak_live_bytes`, `spec_with`, `layout_problems`. The hot frozen dataclasses'
+generated `__init__`s (counted by wrapping them: 34,028 TrainingSpecs, 33,912 ChunkCosts and ChunkExtras, 122,007
+RankMemorys, 12,140 BlockContexts, 12,993 Shards per search) cost about 0.9 s of it. What changed: `paraplan.fastinit`
+gives those classes an `__init__` that sets the slots through their descriptors, bound once (TrainingSpec(*values)
+5.4 -> 3.0 us; the same objects, errors and `__post_init__`: tests/core/test_fastinit.py); TrainingSpec pickles as
+its field values (dump and load 18 -> 9 us, the same bytes); `_dp_times` is memoized by its declared read-set
+(`paraplan.readset.ReadSetMemo`, `projection.DP_TIMES_READS`: tests/core/test_readset.py varies every field and
+argument: equal keys give equal results, and dropping any declared read makes the memo stale), its key built by one
+generated function; the duration tables are gathered through an index layout kept per plan, with the entry the
+compiled loops append (no `np.append` per call), and each plan's last tasks found once (tests/sim/test_tables.py).
+Tried and dropped: `_chunk_cost` memoized by its read-set (16% hits: 14,280 misses in 17,056 calls, the micro-batch
+count and bucket size differ per candidate; the key cost what the hits saved). --profile after: 11.5 s profiled, the
+projection 51% (the simulation 20%, stage and block costs 18%, memory per rank 11%), the memory filter 26%, candidates
+7%. --versus 0f37c2b --repeat 3 --workers 2 (16:40, load average 1.4-2.5), by CPU: analytic 1,732/s -> 1,833/s
+(1.06x), fitted 1,250/s -> 1,384/s (1.11x); wall 877 -> 915/s and 634 -> 697/s. Serial,
+--versus 0f37c2b --repeat 3 --workers 1 (16:50, load average 0.2-0.7), by CPU: analytic 1,055/s -> 1,086/s (1.03x),
+fitted 936/s -> 974/s (1.04x): the pool's share is the cheaper specs and pickles. The 3,000/s and 2,000/s
+targets are not met: what is left is spread over the candidate's Python (no function holds more than 3%); batching a
+structure's variants or sharing cold costs across workers is what would move it.
+
 `--identical REF` runs the BF16 search, analytic and fitted, serial and with the pool (--workers, default the CPU
 count), with the code at REF and with this checkout (subprocesses), and compares every result: the counts
 (evaluated, illegal, memory-rejected, dominated, failed), the top five and every evaluation's repr (its figures to
