@@ -141,9 +141,10 @@ projection 51% (the simulation 20%, stage and block costs 18%, memory per rank 1
 7%. --versus 0f37c2b --repeat 3 --workers 2 (16:40, load average 1.4-2.5), by CPU: analytic 1,732/s -> 1,833/s
 (1.06x), fitted 1,250/s -> 1,384/s (1.11x); wall 877 -> 915/s and 634 -> 697/s. Serial,
 --versus 0f37c2b --repeat 3 --workers 1 (16:50, load average 0.2-0.7), by CPU: analytic 1,055/s -> 1,086/s (1.03x),
-fitted 936/s -> 974/s (1.04x): the pool's share is the cheaper specs and pickles. The 3,000/s and 2,000/s
-targets are not met: what is left is spread over the candidate's Python (no function holds more than 3%); batching a
-structure's variants or sharing cold costs across workers is what would move it.
+fitted 936/s -> 974/s (1.04x). The pooled ratios above the serial ones are the cheaper pickles (each evaluation
+brings its candidate's TrainingSpec back: ~9 us less each, about 1%) and this machine's noise, not separated. The
+3,000/s and 2,000/s targets are not met: what is left is spread over the candidate's Python (no function holds more
+than 3%); batching a structure's variants or sharing cold costs across workers is what would move it.
 
 `--identical REF` runs the BF16 search, analytic and fitted, serial and with the pool (--workers, default the CPU
 count), with the code at REF and with this checkout (subprocesses), and compares every result: the counts
