@@ -5,8 +5,8 @@ Frameworks change their defaults across releases (Megatron-LM: unfused attention
 2020-21, TransformerEngine's fused attention and no recompute today), so a default belongs to a framework and a
 date range: `defaults_on(framework, day)` picks the era that holds `day` (a run's source date, or the release the
 user names with `--framework-version`); an undated run takes the current era. Values are TrainingSpec fields, or
-a rule the reader resolves against the run (`"tp>1"`: on when tensor parallelism is; `"bf16"`: on for bf16 training;
-`"not fp16"`: on unless the run trains in fp16).
+a rule the reader resolves against the run (`"tp>1"`: on when tensor parallelism is; `"tp>1 not nvfp4"`: the same
+but off in NVFP4 runs; `"bf16"`: on for bf16 training; `"not fp16"`: on unless the run trains in fp16).
 """
 
 from __future__ import annotations
@@ -137,7 +137,11 @@ ERAS: tuple[DefaultsEra, ...] = (
         overlap_grad_reduce=True,
         overlap_param_gather=True,
         sequence_parallel="tp>1",
-        tp_comm_overlap="tp>1",
+        # TP communication overlapped with the GEMMs (userbuffers), except in NVFP4 runs: every NVFP4 Llama 3 / 3.1
+        # recipe of Megatron-Bridge sets `comm_overlap.tp_comm_overlap = False` on B200, B300, GB200 and GB300, the
+        # MXFP8 and FP8 recipes of the same layouts keep it (megatron-bridge 0.6.2 perf_recipes/llama/*/llama3.py,
+        # llama31.py; the first release that ships the performance recipes, 2026-09)
+        tp_comm_overlap="tp>1 not nvfp4",
         recompute_granularity="none",
         expert_tensor_parallel_size=1,
         cross_entropy_fusion=True,
@@ -219,9 +223,12 @@ def defaults_on(framework: str, day: date | None) -> DefaultsEra | None:
 
 
 def resolve_rule(value: object, tp: int, precision: str) -> object:
-    """A setting's value for one run: the rules (`"tp>1"`, `"bf16"`, `"not fp16"`) resolved, other values as is."""
+    """A setting's value for one run: the rules (`"tp>1"`, `"tp>1 not nvfp4"`, `"bf16"`, `"not fp16"`) resolved, other
+    values as is."""
     if value == "tp>1":
         return tp > 1
+    if value == "tp>1 not nvfp4":
+        return tp > 1 and precision != "nvfp4"
     if value == "bf16":  # on for bf16 training only
         return precision == "bf16"
     if value == "not fp16":  # on unless fp16 (bf16 and the 8/4-bit recipes, which run with --bf16)
