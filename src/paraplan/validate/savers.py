@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import lru_cache
 
 from paraplan.errors import ConfigError
 from paraplan.graph.partition import pipeline_split, split_stages
 from paraplan.memory.model import MemoryResult
+from paraplan.projection import project_specs
 from paraplan.specs.knobs import knob_problems
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.training import MEGATRON_CORE_DDP_FRAMEWORKS, TrainingSpec
@@ -116,3 +118,11 @@ def with_memory_saver(run: MeasuredRun, memory_of: MemoryOf) -> MeasuredRun | No
             saved, what = found
             return replace(run, train=saved, defaults_used=(*run.defaults_used, Assumption(SAVER_KEY, what, WHY)))
     return None
+
+
+@lru_cache(maxsize=1024)
+def memory_saver_for(run: MeasuredRun) -> MeasuredRun | None:
+    """`with_memory_saver` judged by the memory of the run's projection with the shipped calibration: the choice is
+    one per run whatever calibration projects its time (`validate.calibrate` projects each row under hundreds of
+    trial constants), and found once per process."""
+    return with_memory_saver(run, lambda train: project_specs(run.model, run.system, train).memory)
