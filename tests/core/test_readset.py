@@ -91,6 +91,7 @@ TRAIN_VALUES: dict[str, tuple[Any, ...]] = {
     "optimizer_offload_fraction": (1.0, 0.5),
     "cpu_offloading_num_layers": (0, 2),
     "cuda_graph_scope": CUDA_GRAPH_SCOPES,
+    "expandable_segments": (False, True),
     "framework": FRAMEWORKS,
 }
 

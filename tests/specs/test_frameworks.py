@@ -12,6 +12,7 @@ from paraplan.specs.frameworks import (
     MEGATRON_ASYNC_TP_FROM,
     MEGATRON_CORE_FROM,
     defaults_on,
+    era_training_values,
     framework_family,
     parse_version,
 )
@@ -81,3 +82,12 @@ def test_known_framework_has_no_warning_and_a_name_of_no_family_is_refused() -> 
     assert framework_family("nemo-megatron").warning == ""
     with pytest.raises(ConfigError, match="no family"):
         framework_family("maxtext-jax")
+
+
+def test_nemo_recipes_overlap_tp_communication_except_in_nvfp4() -> None:
+    def overlap(tp: int, precision: str) -> object:
+        return era_training_values("nemo-megatron", None, tp, precision, moe=False)["tp_comm_overlap"]
+
+    assert overlap(2, "mxfp8") is True and overlap(4, "fp8_cs") is True and overlap(2, "bf16") is True
+    assert overlap(2, "nvfp4") is False and overlap(4, "nvfp4") is False  # megatron-bridge perf recipes
+    assert overlap(1, "mxfp8") is False and overlap(1, "nvfp4") is False

@@ -166,3 +166,23 @@ def test_a_row_its_notes_flag_is_projected_and_shown_but_never_scored(public_csv
     assert all("26.02.01" in why for _, why in report.flagged)
     assert report.per_source()["MegatronBridge_perf_summary_26.02"]["n"] == len(rows) - len(flagged_ids)
     assert source_flag("cfg=x; CAUTION: a regression; see y") == "a regression" and source_flag("fine") == ""
+
+
+def test_deepseek_v3_recipe_takes_the_precision_aware_optimizer(public_csv) -> None:
+    """NeMo's and Megatron-Bridge's DeepSeek-V3 recipe (`specs.frameworks.MODEL_RECIPES`): bf16 main gradients and
+    Adam moments, an assumption each; another framework, or another model, keeps fp32 states."""
+    rows = read_rows(public_csv)
+    dsv3 = next(r for r in rows if r["framework"] == "nemo-megatron" and r["model_preset"] == "deepseek-v3")
+    run = run_from_row(dsv3)
+    t = run.train
+    assert (
+        t.use_precision_aware_optimizer and (t.main_grads_dtype, t.exp_avg_dtype, t.exp_avg_sq_dtype) == ("bf16",) * 3
+    )
+    assert t.main_params_dtype == "fp32"
+    recipe = {a.key: a for a in run.defaults_used if "DeepSeek-V3 recipe" in a.why}
+    assert set(recipe) == {
+        "use_precision_aware_optimizer", "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+    }  # fmt: skip
+    assert not run_from_row({**dsv3, "framework": "megatron-lm"}).train.use_precision_aware_optimizer
+    llama = next(r for r in rows if r["framework"] == "nemo-megatron" and r["model_preset"] == "llama3.1-70b")
+    assert not run_from_row(llama).train.use_precision_aware_optimizer

@@ -114,6 +114,8 @@ def print_memory(result: Projection, as_json: bool) -> None:
             nbytes = peak.parts.get(name, 0.0)
             if nbytes:
                 table.add_row(name.replace("_", " "), f"{nbytes / GIB:,.2f}")
+            elif name == "allocator_fragmentation" and mem.expandable_segments:
+                table.add_row("allocator fragmentation (none: expandable segments)", f"{nbytes / GIB:,.2f}")
         table.add_row(f"[bold]{label}[/]", f"[bold]{subtotal / GIB:,.2f}[/]")
     verdict = "[green]FITS[/]" if mem.fits else "[red]OOM[/]"
     left = mem.headroom_bytes / GIB

@@ -93,6 +93,13 @@ def _projection_command(
         int | None, Opt("--cpu-offloading-num-layers", help="decoder layers whose activations go to the host")
     ] = None,
     optimizer_cpu_offload: Annotated[bool | None, Opt("--optimizer-cpu-offload/--no-optimizer-cpu-offload")] = None,
+    expandable_segments: Annotated[
+        bool | None,
+        Opt(
+            "--expandable-segments/--no-expandable-segments",
+            help="the CUDA caching allocator with expandable segments: no fragmentation (NeMo does, but on B200)",
+        ),
+    ] = None,
     optimizer_offload_fraction: Annotated[
         float | None, Opt("--optimizer-offload-fraction", help="share of the optimizer on the CPU (default 1)")
     ] = None,
@@ -234,7 +241,9 @@ def _projection_command(
         train_values["framework"] = family.framework
     train = training_with_config(cfg, config_file, dict(train_values))
     if framework_version:
-        train = _with_release_defaults(train, train_values, framework_version, model_spec.is_moe, cfg, config_file)
+        train = _with_release_defaults(
+            train, train_values, framework_version, model_spec.is_moe, cfg, config_file, system.gpu.name
+        )
     if vpp and vpp > 1 and schedule is None and train.pipeline_schedule == megatron_schedule(1).name:
         train = train.with_values(pipeline_schedule=megatron_schedule(vpp).name)  # as Megatron-LM picks it
     train = _default_global_batch(train, system, given=gbs is not None)
@@ -292,10 +301,16 @@ def _default_global_batch(train: TrainingSpec, system: SystemSpec, given: bool) 
 
 
 def _with_release_defaults(
-    train: TrainingSpec, given: dict[str, object], version: str, moe: bool, cfg: object, config_file: str | None
+    train: TrainingSpec,
+    given: dict[str, object],
+    version: str,
+    moe: bool,
+    cfg: object,
+    config_file: str | None,
+    gpu: str = "",
 ) -> TrainingSpec:
-    """`train` with the defaults of its framework's release `version` (`paraplan.specs.frameworks`) in the settings
-    the options leave unset; says which it took."""
+    """`train` with the defaults of its framework's release `version` (`paraplan.specs.frameworks`) on GPU preset
+    `gpu` in the settings the options leave unset; says which it took."""
     if cfg is not None or config_file:
         raise ConfigError(
             "--framework-version fills the settings a plan given by options leaves unset; a config file states its own"
@@ -305,7 +320,7 @@ def _with_release_defaults(
     if era is None:
         raise ConfigError(f"--framework-version: no recorded defaults for framework '{train.framework}'")
     stated = {ALIASES.get(k, k) for k, v in given.items() if v is not None}
-    values = era_training_values(train.framework, day, train.tp, train.precision, moe)
+    values = era_training_values(train.framework, day, train.tp, train.precision, moe, gpu)
     taken = {k: v for k, v in values.items() if k not in stated}
     listed = ", ".join(f"{k}={v}" for k, v in taken.items())
     err_console.print(

@@ -26,6 +26,7 @@ TRAINING_OPTIONS: Mapping[str, str] = MappingProxyType(
         "cuda_graph_scope": "cuda_graph_scope",
         "cpu_offloading_num_layers": "cpu_offloading_num_layers",
         "optimizer_cpu_offload": "optimizer_cpu_offload",
+        "expandable_segments": "expandable_segments",
         "optimizer_offload_fraction": "optimizer_offload_fraction",
         "moe_pad_to_capacity": "moe_pad_expert_input_to_capacity",
         "moe_capacity_factor": "moe_expert_capacity_factor",

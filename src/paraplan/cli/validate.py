@@ -13,11 +13,12 @@ from paraplan.cli.common import console, err_console, handle_errors, json_text
 from paraplan.cli.progress import progress_to_stderr
 from paraplan.cli.tables import Kind, print_whole_table
 from paraplan.cost.calibration import fitted_table
-from paraplan.specs.frameworks import ERAS, parse_version
+from paraplan.specs.frameworks import ERAS, MODEL_RECIPES, parse_version
 from paraplan.validate.decompose import CellFit, by_source, cell_fits, depth_by_source, depth_fits
 from paraplan.validate.measured import read_rows
 from paraplan.validate.ranking import order_agreement, summary_line
 from paraplan.validate.report import ValidationReport, check_attribute, profile_projector, validate_rows
+from paraplan.validate.savers import SAVER_KEY
 from paraplan.validate.sources import REPORT_ONLY_SOURCES
 
 
@@ -308,7 +309,7 @@ def _print(result: ValidationReport, show_rows: bool) -> None:
         for line in ranking_lines(result) + report_only_lines(result):
             console.print(line)
     _print_memory(result, show_rows)
-    for line in era_lines(result):
+    for line in era_lines(result) + saver_lines(result):
         console.print(line, highlight=False, markup=False)
     if result.skipped:
         title = f"rows not projected ({len(result.skipped)})"
@@ -326,10 +327,21 @@ def flagged_lines(result: ValidationReport) -> list[str]:
     ]
 
 
+def saver_lines(result: ValidationReport) -> list[str]:
+    """The rows projected with a memory saver their source leaves unstated (`validate.savers`), each with the saver
+    and why."""
+    return [
+        f"Memory saver assumed, {r.id} ({r.source}): {item.why}; assumed {item.value}."
+        for r in [*result.rows, *result.memory_rows, *(row for row, _ in result.flagged)]
+        for item in r.assumed
+        if item.key == SAVER_KEY
+    ]
+
+
 def era_lines(result: ValidationReport) -> list[str]:
     """Per source, the framework release whose defaults filled what it leaves out (`paraplan.specs.frameworks`), and
     every framework name projected as its family: what validate assumed (`--rows` lists each setting)."""
-    labels = {era.label for era in ERAS}
+    labels = {era.label for era in ERAS} | {recipe.label for recipe in MODEL_RECIPES}
     eras: dict[str, set[str]] = defaultdict(set)
     mapped: dict[str, set[str]] = defaultdict(set)
     for r in [*result.rows, *result.memory_rows]:

@@ -143,6 +143,27 @@ def default_env() -> Mapping[str, str]:
     return os.environ
 
 
+# ----------------------------------------------------------------------------- the caching allocator's settings
+ALLOC_CONF_VAR = "PYTORCH_CUDA_ALLOC_CONF"
+"""The environment variable of PyTorch's CUDA caching allocator: comma-separated `key:value` options
+(c10/core/AllocatorConfig.cpp); `expandable_segments:True` is `TrainingSpec.expandable_segments`."""
+EXPANDABLE_SEGMENTS_CONF = "expandable_segments:True"
+
+
+def expandable_segments_of(conf: str, problems: Problems, where: str) -> bool:
+    """Whether an allocator configuration (`PYTORCH_CUDA_ALLOC_CONF`) turns expandable segments on: PyTorch takes
+    `True` or `False` alone (AllocatorConfig `parseExpandableSegments`); any other value is a problem."""
+    on = False
+    for option in filter(None, (part.strip() for part in conf.split(","))):
+        key, _, value = option.partition(":")
+        if key.strip() != "expandable_segments":
+            continue
+        if value.strip() not in ("True", "False"):
+            problems.add(f"{where}: expandable_segments takes True or False (got '{value.strip()}')")
+        on = value.strip() == "True"
+    return on
+
+
 # ----------------------------------------------------------------------------- typed values
 def as_int(value: Any, where: str, problems: Problems) -> int | None:
     if isinstance(value, bool):

@@ -11,13 +11,17 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from paraplan.errors import ConfigError
 from paraplan.formats.common import (
+    ALLOC_CONF_VAR,
+    EXPANDABLE_SEGMENTS_CONF,
     Problems,
     ReadConfig,
+    expandable_segments_of,
     finish_gaps,
     header_lines,
     load_text,
@@ -211,16 +215,22 @@ def read_megatron(
     to assume where the arguments need one and do not give it (layers per virtual stage)."""
     text, source, path = load_text(path_or_text)
     problems = Problems(source or "megatron args")
-    launcher, words, variables = split_script(tokenize(text, problems), env or {})
+    tokens = tokenize(text, problems)
+    launcher, words, variables = split_script(tokens, env or {})
     launched_gpus, per_node = _launcher_sizes(launcher, variables, problems)
     if not words:
         raise ConfigError(f"{problems.source}: no Megatron-LM arguments found")
     values = parse_flags(words, variables, problems)
     gpus = num_gpus or launched_gpus
     name = path.stem if path else "megatron"
-    return specs_from_megatron(
+    read = specs_from_megatron(
         values, problems, _label, name=name, source=source, num_gpus=gpus, gpus_per_node=per_node, model=model
     )
+    if any(tok.startswith(ALLOC_CONF_VAR + "=") for tok in tokens):  # the script's own setting, not the caller's
+        expandable = expandable_segments_of(variables.get(ALLOC_CONF_VAR, ""), problems, ALLOC_CONF_VAR)
+        problems.raise_if_any()
+        read = read._replace(train=replace(read.train, expandable_segments=expandable))
+    return read
 
 
 def megatron_argument_list(values: Mapping[str, Any]) -> list[str]:
@@ -256,6 +266,8 @@ def write_megatron(
         if system.num_nodes > 1:
             lines.append("# multi-node: add --node-rank, --master-addr and --master-port (or --rdzv-*) to torchrun")
         nproc = min(system.gpus_per_node, system.num_gpus)
+        if train.expandable_segments:
+            lines.append(f"export {ALLOC_CONF_VAR}={EXPANDABLE_SEGMENTS_CONF}")
         lines.append(f"torchrun --nproc-per-node {nproc} --nnodes {system.num_nodes} pretrain_gpt.py \\")
     lines += [f"    {p} \\" for p in pairs[:-1]] + [f"    {pairs[-1]}"]
     return "\n".join(lines) + "\n"

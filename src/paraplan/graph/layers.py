@@ -528,7 +528,10 @@ def mla_attention_ops(model: ModelSpec, shard: Shard, attention_core: AttentionC
         _elementwise(shard, "kv_norm", 2 * shard.act_bytes * tokens * kv_rank, saved=shard.act_bytes * tokens * kv_rank)
     )
     kv_width = heads * (d_nope + d_v)
-    kv_saved = shard.act_bytes * tokens * (kv_width + d_rope)  # k, v and the rotary key for attention
+    # k and v for attention, the rotary key once per head: megatron-core 0.19.2 MLA
+    # (`qkv_up_proj_and_rope_apply`, fused `ApplyMLARotaryEmbKV`) writes the key as [tokens, heads, d_nope + d_rope],
+    # the shared rotary part expanded to every head, and core attention keeps that tensor
+    kv_saved = shard.act_bytes * tokens * (kv_width + heads * d_rope)
     ops.append(_gemm("kv_up", tokens, kv_width, kv_rank, shard, saved=kv_saved, saved_input=tokens * kv_rank))
     ops.append(_rotary(shard, tokens * (heads + 1) * d_rope))
     ops += _cp_exchange(model, shard, heads * (d_nope + d_rope + d_v))

@@ -46,6 +46,15 @@ CUDA_CONTEXT_BYTES = 0.75 * GIB  # CUDA context, cuBLAS/cuDNN workspaces, NCCL (
 # requests over 10 MiB to 2 MiB (c10/cuda/CUDACachingAllocator.cpp kMinBlockSize, kRoundLarge), under 1% on
 # saved tensors of tens of MiB. An estimate without a measured source: the holes depend on the allocation order.
 FRAGMENTATION = 0.05
+
+
+def fragmentation_share(train: TrainingSpec) -> float:
+    """The allocator's holes as a share of the activations: `FRAGMENTATION`, or none with expandable segments
+    (`TrainingSpec.expandable_segments`: freed blocks of one growing segment merge whatever allocation they came
+    from, so reserved is allocated plus the rounding above, under 1%)."""
+    return 0.0 if train.expandable_segments else FRAGMENTATION
+
+
 HEADROOM = 0.03  # margin kept free of the HBM capacity for the FITS verdict
 
 ALLOCATED_PARTS = (
@@ -128,6 +137,8 @@ class MemoryResult:
     ranks: tuple[RankMemory, ...]
     capacity_bytes: float
     headroom: float = HEADROOM
+    expandable_segments: bool = False
+    """The allocator ran with expandable segments (`TrainingSpec.expandable_segments`): no fragmentation part."""
     _peak: list[RankMemory] = field(default_factory=list, init=False, repr=False, compare=False)
     """`peak`, once found (the tuner reads it three times: the filter's verdict, the peak, the fit)."""
 
@@ -164,6 +175,7 @@ class MemoryResult:
             "usable_gib": round(self.usable_bytes / GIB, 3),
             "headroom_gib": round(self.headroom_bytes / GIB, 4),
             "fits": self.fits,
+            "expandable_segments": self.expandable_segments,
             "peak_rank": peak.rank,
             "parts": {k: round(v / GIB, 4) for k, v in peak.parts.items()},
             "per_rank_gib": [round(r.total_bytes / GIB, 4) for r in self.ranks],
@@ -328,12 +340,14 @@ def moment_peak(
     gathered_bytes: Sequence[float],
     accumulator_bytes: Sequence[float],
     output_bytes: Sequence[float],
+    fragmentation: float = FRAGMENTATION,
 ) -> tuple[float, float]:
     """(activations with kept outputs, unsharded parameters and gradients) at a rank's worst moment: the row of
     `moments` (`sim.plan.Plan.memory_moments`: per local chunk its live micro-batches, gathered flag, accumulator
     flag and forwards done) with the most bytes, the activations weighed with the allocator's fragmentation on
     them (`rank_memory`), given per local chunk the bytes of one micro-batch's saved activations, of its gathered
-    parameters, of its unsharded gradient accumulator and of one kept output."""
+    parameters, of its unsharded gradient accumulator and of one kept output; `fragmentation`: the allocator's
+    share on the activations (`fragmentation_share`)."""
     n = len(saved_bytes)
     if len(moments) == 0 or n == 0:
         return 0.0, 0.0
@@ -342,7 +356,7 @@ def moment_peak(
     unsharded = gathered @ np.asarray(gathered_bytes, dtype=float) + accumulating @ np.asarray(
         accumulator_bytes, dtype=float
     )
-    worst = int(np.argmax((1 + FRAGMENTATION) * activations + unsharded))
+    worst = int(np.argmax((1 + fragmentation) * activations + unsharded))
     return float(activations[worst]), float(unsharded[worst])
 
 
@@ -357,11 +371,13 @@ def rank_memory(
     cached_logits_bytes: float = 0.0,
     backward_transient_bytes: float = 0.0,
     backward_grad_bytes: float = 0.0,
+    fragmentation: float = FRAGMENTATION,
 ) -> RankMemory:
     """The parts of one GPU. A layer's backward (the saved tensors of the layer it recomputes, the activation gradients
     in flight, `memory.blocks.backward_transient_bytes`, and the unsharded weight gradients that `backward_grad_bytes`
     of `states["gradients"]` stand for) and the loss's transient (`memory.loss`) are not live at once;
-    `loss_working_set` is what the loss needs beyond the backward's working sets, so the parts add up to the larger."""
+    `loss_working_set` is what the loss needs beyond the backward's working sets, so the parts add up to the larger.
+    `fragmentation`: the allocator's holes as a share of the activations (`fragmentation_share`)."""
     parts = dict(states)
     parts["activations"] = activation_bytes
     parts["recompute_working_set"] = recompute_working_bytes
@@ -370,7 +386,7 @@ def rank_memory(
     parts["loss_working_set"] = max(0.0, loss_working_bytes - backward_only)
     parts["unsharded_params_and_grads"] = unsharded_bytes
     parts["communication_buffers"] = comm_buffer_bytes
-    parts["allocator_fragmentation"] = FRAGMENTATION * activation_bytes
+    parts["allocator_fragmentation"] = fragmentation * activation_bytes
     parts["allocator_cached_logits"] = cached_logits_bytes
     parts["cuda_context_and_nccl"] = CUDA_CONTEXT_BYTES
     return RankMemory(rank=rank, parts=parts)
@@ -445,6 +461,7 @@ def pipeline_memory(
     `states_cache`: the ranks' `RankStates` already computed for this model, shard and spec (any recompute)."""
     max_layer_params, max_full_saved, max_transient = _stage_maxima(stages)
     comm_buffers = comm_buffer_bytes(model, shard, train)
+    fragmentation = fragmentation_share(train)
     ranks = []
     for r, (row, rank) in enumerate(
         zip(holder, _ranks_states(model, shard, train, stages, holder, max_layer_params, states_cache), strict=True)
@@ -460,15 +477,16 @@ def pipeline_memory(
                 [unsharded_stage_bytes(stages[i].dense_params, stages[i].expert_params, train, "params") for i in row],
                 [unsharded_stage_bytes(stages[i].dense_params, stages[i].expert_params, train, "grads") for i in row],
                 [kept_pipeline_output_bytes(train, stages[i].loss_logits) / train.num_microbatches for i in row],
+                fragmentation,
             )
         held = (rank.states, activations, max_full_saved, comm_buffers, rank.loss_working_bytes, unsharded)
         ranks.append(
             rank_memory(
                 r, *held, cached_logits_bytes=rank.cached_logits_bytes, backward_transient_bytes=max_transient,
-                backward_grad_bytes=rank.backward_grad_bytes,
+                backward_grad_bytes=rank.backward_grad_bytes, fragmentation=fragmentation,
             )
         )  # fmt: skip
-    return MemoryResult(ranks=tuple(ranks), capacity_bytes=capacity_bytes)
+    return MemoryResult(tuple(ranks), capacity_bytes, expandable_segments=train.expandable_segments)
 
 
 def _ranks_states(

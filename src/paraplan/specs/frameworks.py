@@ -5,8 +5,10 @@ Frameworks change their defaults across releases (Megatron-LM: unfused attention
 2020-21, TransformerEngine's fused attention and no recompute today), so a default belongs to a framework and a
 date range: `defaults_on(framework, day)` picks the era that holds `day` (a run's source date, or the release the
 user names with `--framework-version`); an undated run takes the current era. Values are TrainingSpec fields, or
-a rule the reader resolves against the run (`"tp>1"`: on when tensor parallelism is; `"bf16"`: on for bf16 training;
-`"not fp16"`: on unless the run trains in fp16).
+a rule the reader resolves against the run (`"tp>1"`: on when tensor parallelism is; `"tp>1 not nvfp4"`: the same
+but off in NVFP4 runs; `"bf16"`: on for bf16 training; `"not fp16"`: on unless the run trains in fp16; `"not b200"`:
+on unless the run's GPU is the B200). `MODEL_RECIPES`:
+what a framework's recipe of one model sets beyond its era's defaults.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ MEGATRON_ASYNC_TP_FROM = date(2022, 1, 1)
 # Megatron-core's 2024 releases; `--attention-backend auto` later), whose DotProductAttention runs flash / cuDNN fused
 # attention; no activation recompute unless `--recompute-granularity` is given. The papers' era before it.
 MEGATRON_CORE_FROM = date(2024, 1, 1)
+# NeMo's performance scripts launch every run with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` on every GPU but
+# the B200 ("as it causes an unexpected error") from nemo-toolkit 2.4.0 (scripts/performance/executors.py, wheel of
+# 2025-07-25, the 25.07 container) through 2.7.1; nemo-toolkit 2.3.0 set it for Llama 4 E16 alone.
+NEMO_EXPANDABLE_SEGMENTS_FROM = date(2025, 7, 1)
 # torchtitan 0.1.0, its first PyPI release (wheel built 2025-06-18), compiles the loss whenever it compiles the model
 TORCHTITAN_COMPILED_LOSS_FROM = date(2025, 6, 18)
 
@@ -113,35 +119,60 @@ ERAS: tuple[DefaultsEra, ...] = (
         recompute_granularity="full",
         grad_reduce_in_fp32="bf16",
     ),
-    _era(
-        # NeMo 24.07 / Megatron-Bridge 25.11 performance recipes (scripts/performance): flash attention (TE),
-        # distributed optimizer with overlapped grad reduce-scatter and param all-gather, sequence parallel whenever
-        # tp > 1, TP communication overlap (userbuffers) on, no activation recompute, expert TP 1 for MoE,
-        # cross_entropy_loss_fusion on. Gradients reduced in bf16 (nemo-toolkit 2.5.0 scripts/performance/helpers.py
-        # `set_precision_configs`: `grad_reduce_in_fp32 = False` for every compute dtype). MoE tokens: the alltoall
-        # dispatcher (TrainingSpec's default); megatron-bridge 0.3.1's recipes name DeepEP / HybridEP, but the
-        # performance scripts behind the 25.11 rows are not released: run with the flex dispatcher those 9 rows
-        # refitted to 5.51% source-balanced (5.54%) yet 8.9% held out (8.59%), so they keep alltoall. The library
-        # recipes (megatron-bridge 0.3.1 recipes/qwen/qwen3_moe.py, deepseek/deepseek_v3.py, gpt_oss/gpt_oss.py with
-        # training/flex_dispatcher_backend.py) give flex to Qwen3 MoE on H100/B200/B300 only (DeepEP; skipped on
-        # GB200/GB300), to DeepSeek-V3 everywhere (HybridEP) and never to GPT-OSS; unrefitted that rule moved
-        # 25.11 from 9.5% to 10.1% (H100 Qwen3-235B -23% -> +12%, B200 Qwen3-235B +14.5% -> +19.5%) and left
-        # 26.02 at 16.6% (H100 Qwen3-235B -25% -> +9%, B300 Qwen3-30B +3% -> +12%).
-        "nemo-megatron",
-        "NeMo 2 / Megatron-Bridge recipes",
-        None,
-        None,
-        "NeMo 24.07 and Megatron-Bridge 25.11 scripts/performance",
-        attention_backend="flash",
-        use_distributed_optimizer=True,
-        overlap_grad_reduce=True,
-        overlap_param_gather=True,
-        sequence_parallel="tp>1",
-        tp_comm_overlap="tp>1",
-        recompute_granularity="none",
-        expert_tensor_parallel_size=1,
-        cross_entropy_fusion=True,
-        grad_reduce_in_fp32=False,
+    *(
+        _era(
+            # NeMo 24.07 / Megatron-Bridge 25.11 performance recipes (scripts/performance): flash attention (TE),
+            # distributed optimizer with overlapped grad reduce-scatter and param all-gather, sequence parallel
+            # whenever tp > 1, TP communication overlap (userbuffers) on, no activation recompute, expert TP 1 for MoE,
+            # cross_entropy_loss_fusion on. Gradients reduced in bf16 (nemo-toolkit 2.5.0
+            # scripts/performance/helpers.py `set_precision_configs`: `grad_reduce_in_fp32 = False` for every compute
+            # dtype). MoE tokens: the alltoall dispatcher (TrainingSpec's default); megatron-bridge 0.3.1's recipes
+            # name DeepEP / HybridEP, but the performance scripts behind the 25.11 rows are not released: run with the
+            # flex dispatcher those 9 rows refitted to 5.51% source-balanced (5.54%) yet 8.9% held out (8.59%), so
+            # they keep alltoall. The library recipes (megatron-bridge 0.3.1 recipes/qwen/qwen3_moe.py,
+            # deepseek/deepseek_v3.py, gpt_oss/gpt_oss.py with training/flex_dispatcher_backend.py) give flex to Qwen3
+            # MoE on H100/B200/B300 only (DeepEP; skipped on GB200/GB300), to DeepSeek-V3 everywhere (HybridEP) and
+            # never to GPT-OSS; unrefitted that rule moved 25.11 from 9.5% to 10.1% (H100 Qwen3-235B -23% -> +12%,
+            # B200 Qwen3-235B +14.5% -> +19.5%) and left 26.02 at 16.6% (H100 Qwen3-235B -25% -> +9%, B300
+            # Qwen3-30B +3% -> +12%). From 25.07 the allocator runs with expandable segments but on the B200
+            # (`NEMO_EXPANDABLE_SEGMENTS_FROM`).
+            "nemo-megatron",
+            label,
+            since,
+            until,
+            source,
+            attention_backend="flash",
+            use_distributed_optimizer=True,
+            overlap_grad_reduce=True,
+            overlap_param_gather=True,
+            sequence_parallel="tp>1",
+            # TP communication overlapped with the GEMMs (userbuffers), except in NVFP4 runs: every NVFP4 Llama 3 /
+            # 3.1 recipe of Megatron-Bridge sets `comm_overlap.tp_comm_overlap = False` on B200, B300, GB200 and
+            # GB300, the MXFP8 and FP8 recipes of the same layouts keep it (megatron-bridge 0.6.2
+            # perf_recipes/llama/*/llama3.py, llama31.py; the first release that ships the performance recipes)
+            tp_comm_overlap="tp>1 not nvfp4",
+            recompute_granularity="none",
+            expert_tensor_parallel_size=1,
+            cross_entropy_fusion=True,
+            grad_reduce_in_fp32=False,
+            **allocator,
+        )
+        for label, since, until, source, allocator in (
+            (
+                "NeMo 2 recipes before 25.07",
+                None,
+                NEMO_EXPANDABLE_SEGMENTS_FROM,
+                "NeMo 24.07 scripts/performance",
+                {},
+            ),
+            (
+                "NeMo 25.07+ / Megatron-Bridge recipes",
+                NEMO_EXPANDABLE_SEGMENTS_FROM,
+                None,
+                "nemo-toolkit 2.4.0-2.7.1 and Megatron-Bridge 25.11 scripts/performance",
+                {"expandable_segments": "not b200"},
+            ),
+        )
     ),
     _era(
         # DeepSpeed: gradients are reduced in the training dtype under fp16 (config `fp32_allreduce`, off by default)
@@ -202,6 +233,45 @@ ERAS: tuple[DefaultsEra, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class ModelRecipe:
+    """What a framework's recipe of one model (a model preset) sets beyond its era's defaults."""
+
+    framework: str
+    model: str  # a model preset (`specs/presets/models.yaml`)
+    label: str  # shown with every setting a run takes from it
+    settings: Mapping[str, object]
+    source: str
+
+
+MODEL_RECIPES: tuple[ModelRecipe, ...] = (
+    ModelRecipe(
+        # the precision-aware optimizer with fp32 main parameters, bf16 main gradients and bf16 Adam moments (the
+        # recipe's "BF16 optimizer"); the recipe's selective recompute is reset by the performance scripts unless
+        # given (nemo-toolkit 2.5.0 scripts/performance/llm/pretrain_deepseek_v3.py), so it is no default here
+        "nemo-megatron",
+        "deepseek-v3",
+        "NeMo / Megatron-Bridge DeepSeek-V3 recipe",
+        MappingProxyType(
+            {
+                "use_precision_aware_optimizer": True,
+                "main_params_dtype": "fp32",
+                "main_grads_dtype": "bf16",
+                "exp_avg_dtype": "bf16",
+                "exp_avg_sq_dtype": "bf16",
+            }
+        ),
+        "nemo-toolkit 2.5.0 nemo/collections/llm/recipes/deepseek_v3.py; megatron-bridge 0.3.1 "
+        "recipes/deepseek/deepseek_v3.py",
+    ),
+)
+
+
+def model_recipe(framework: str, model: str) -> ModelRecipe | None:
+    """`framework`'s recipe of model preset `model` (None when it has none recorded)."""
+    return next((r for r in MODEL_RECIPES if r.framework == framework and r.model == model), None)
+
+
 def eras_of(framework: str) -> list[DefaultsEra]:
     """`framework`'s eras, oldest first."""
     return sorted((e for e in ERAS if e.framework == framework), key=lambda e: e.since or date.min)
@@ -218,25 +288,32 @@ def defaults_on(framework: str, day: date | None) -> DefaultsEra | None:
     return next((e for e in eras if e.holds(day)), eras[0])
 
 
-def resolve_rule(value: object, tp: int, precision: str) -> object:
-    """A setting's value for one run: the rules (`"tp>1"`, `"bf16"`, `"not fp16"`) resolved, other values as is."""
+def resolve_rule(value: object, tp: int, precision: str, gpu: str = "") -> object:
+    """A setting's value for one run on GPU preset `gpu`: the rules (`"tp>1"`, `"tp>1 not nvfp4"`, `"bf16"`,
+    `"not fp16"`, `"not b200"`) resolved, other values as is."""
     if value == "tp>1":
         return tp > 1
+    if value == "tp>1 not nvfp4":
+        return tp > 1 and precision != "nvfp4"
     if value == "bf16":  # on for bf16 training only
         return precision == "bf16"
     if value == "not fp16":  # on unless fp16 (bf16 and the 8/4-bit recipes, which run with --bf16)
         return precision != "fp16"
+    if value == "not b200":  # NeMo's executors.py: `gpu.lower() not in ['b200']` (the GB200 is another GPU)
+        return gpu != "b200"
     return value
 
 
-def era_training_values(framework: str, day: date | None, tp: int, precision: str, moe: bool) -> dict[str, object]:
-    """The TrainingSpec values `framework`'s era on `day` gives a run with tensor parallelism `tp` and `precision`
-    (expert TP only for MoE models)."""
+def era_training_values(
+    framework: str, day: date | None, tp: int, precision: str, moe: bool, gpu: str = ""
+) -> dict[str, object]:
+    """The TrainingSpec values `framework`'s era on `day` gives a run with tensor parallelism `tp` and `precision` on
+    GPU preset `gpu` (expert TP only for MoE models)."""
     era = defaults_on(framework, day)
     if era is None:
         return {}
     return {
-        key: resolve_rule(value, tp, precision)
+        key: resolve_rule(value, tp, precision, gpu)
         for key, value in era.settings.items()
         if moe or key != "expert_tensor_parallel_size"
     }

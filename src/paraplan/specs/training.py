@@ -224,6 +224,13 @@ class TrainingSpec:
     its kernel launches; an MoE layer whose token counts reach the host stays eager from the router on, as
     megatron-core allows the `moe` scope only with drop-and-pad), `full_iteration` also the micro-batch loop
     (Megatron `--cuda-graph-scope full_iteration`, local implementation). `none`: eager launches."""
+    expandable_segments: bool = False
+    """PyTorch's caching allocator with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`: each stream's blocks live
+    in one segment of virtual memory that grows by mapping pages, so a freed block merges with its free neighbours
+    whatever allocation they came from and the allocator holds no holes between live activations (c10/cuda/
+    CUDACachingAllocator.cpp `ExpandableSegment`). Reserved is then allocated plus the allocator's rounding:
+    `memory.model` puts no fragmentation on the activations. NeMo's performance scripts set it on every GPU but the
+    B200 (`specs.frameworks`)."""
     framework: str = "megatron-lm"
     """Framework whose runtime overheads apply (megatron-lm, nemo-megatron, megatron-deepspeed, llm-foundry)."""
 

@@ -18,7 +18,7 @@ from datetime import date
 from pathlib import Path
 
 from paraplan.errors import ConfigError
-from paraplan.specs.frameworks import defaults_on, eras_of, framework_family, resolve_rule
+from paraplan.specs.frameworks import defaults_on, eras_of, framework_family, model_recipe, resolve_rule
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.presets import model_names, model_preset, system_preset, variant_on
 from paraplan.specs.schedule import megatron_schedule
@@ -429,7 +429,7 @@ def run_from_row(row: dict[str, str], framework_version: date | None = None) -> 
     for key, value in defaults.items():
         if key in values:
             continue
-        value = resolve_rule(value, tp, str(values["precision"]))
+        value = resolve_rule(value, tp, str(values["precision"]), gpu)
         if key == "expert_tensor_parallel_size" and not model.is_moe:
             continue
         values[key] = value
@@ -443,6 +443,11 @@ def run_from_row(row: dict[str, str], framework_version: date | None = None) -> 
             used.append(Assumption("expert_tensor_parallel_size", str(etp), _GRID_WHY.format(tp=tp)))
     chunks = vpp if vpp > 1 else 1
     recipe_model = (row.get("model_preset") or "").strip() if framework == "nemo-megatron" else ""
+    recipe = model_recipe(framework, recipe_model) if recipe_model else None
+    for key, value in (recipe.settings if recipe else {}).items():  # the model's recipe, where the row is silent
+        if key not in values:
+            values[key] = value
+            used.append(Assumption(key, str(value), recipe.label))  # type: ignore[union-attr]
     split = _pipeline_split(model, pp, chunks, recipe_model)
     if split:
         used.append(Assumption("pipeline split", " + ".join(split)))

@@ -17,6 +17,7 @@ from paraplan.result import Projection
 from paraplan.validate import memory as memory_scores
 from paraplan.validate.measured import Assumption, MeasuredRun, run_from_row
 from paraplan.validate.memory import MemoryRow
+from paraplan.validate.savers import memory_saver_for, states_recompute
 from paraplan.validate.sources import MEMORY_METRIC, REPORT_ONLY_SOURCES, TIME_METRICS
 
 Projector = Callable[[MeasuredRun], Projection]
@@ -340,6 +341,10 @@ def validate_rows(
             if run.metric not in (*TIME_METRICS, MEMORY_METRIC):
                 raise ConfigError(f"unknown metric '{run.metric}'")
             proj = projector(run)
+            if not proj.memory.fits and not states_recompute(row):  # it ran: with the saver a user would add
+                saved = memory_saver_for(run)
+                if saved is not None:
+                    run, proj = saved, projector(saved)
         except ConfigError as exc:
             skipped.append((row.get("id", "?"), "; ".join(exc.problems)))
             if (row.get("metric") or "").strip() == MEMORY_METRIC:
