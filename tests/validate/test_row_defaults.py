@@ -186,3 +186,18 @@ def test_deepseek_v3_recipe_takes_the_precision_aware_optimizer(public_csv) -> N
     assert not run_from_row({**dsv3, "framework": "megatron-lm"}).train.use_precision_aware_optimizer
     llama = next(r for r in rows if r["framework"] == "nemo-megatron" and r["model_preset"] == "llama3.1-70b")
     assert not run_from_row(llama).train.use_precision_aware_optimizer
+
+
+def test_megatron_bridge_moe_rows_with_tp_take_no_tp_overlap_and_dense_ones_do(public_csv) -> None:
+    """The recipes' TP communication overlap (`specs.frameworks`): off for a MoE model (every MoE performance recipe
+    with TP of megatron-bridge 0.6.2), on for a dense one at TP > 1 outside NVFP4; an assumption either way, and a
+    row that states nothing of it is the only kind that takes it."""
+    rows = [r for r in read_rows(public_csv) if r["source"].startswith("MegatronBridge_perf_summary")]
+    with_tp = [(r, run_from_row(r)) for r in rows if int(r["tp"] or 1) > 1]
+    moe = [run for _, run in with_tp if run.model.is_moe]
+    dense = [run for r, run in with_tp if not run.model.is_moe and r["precision"] != "nvfp4"]
+    assert moe and dense
+    assert not any(run.train.tp_comm_overlap for run in moe)
+    assert all(run.train.tp_comm_overlap for run in dense)
+    for run in moe + dense:
+        assert any(a.key == "tp_comm_overlap" for a in run.defaults_used)

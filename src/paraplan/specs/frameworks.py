@@ -5,9 +5,9 @@ Frameworks change their defaults across releases (Megatron-LM: unfused attention
 2020-21, TransformerEngine's fused attention and no recompute today), so a default belongs to a framework and a
 date range: `defaults_on(framework, day)` picks the era that holds `day` (a run's source date, or the release the
 user names with `--framework-version`); an undated run takes the current era. Values are TrainingSpec fields, or
-a rule the reader resolves against the run (`"tp>1"`: on when tensor parallelism is; `"tp>1 not nvfp4"`: the same
-but off in NVFP4 runs; `"bf16"`: on for bf16 training; `"not fp16"`: on unless the run trains in fp16; `"not b200"`:
-on unless the run's GPU is the B200). `MODEL_RECIPES`:
+a rule the reader resolves against the run (`"tp>1"`: on when tensor parallelism is; `"tp>1 dense not nvfp4"`: the
+same but off for MoE models and in NVFP4 runs; `"bf16"`: on for bf16 training; `"not fp16"`: on unless the run trains
+in fp16; `"not b200"`: on unless the run's GPU is the B200). `MODEL_RECIPES`:
 what a framework's recipe of one model sets beyond its era's defaults.
 """
 
@@ -149,8 +149,14 @@ ERAS: tuple[DefaultsEra, ...] = (
             # TP communication overlapped with the GEMMs (userbuffers), except in NVFP4 runs: every NVFP4 Llama 3 /
             # 3.1 recipe of Megatron-Bridge sets `comm_overlap.tp_comm_overlap = False` on B200, B300, GB200 and
             # GB300, the MXFP8 and FP8 recipes of the same layouts keep it (megatron-bridge 0.6.2
-            # perf_recipes/llama/*/llama3.py, llama31.py; the first release that ships the performance recipes)
-            tp_comm_overlap="tp>1 not nvfp4",
+            # perf_recipes/llama/*/llama3.py, llama31.py; the first release that ships the performance recipes).
+            # Nor in MoE runs: each of the 29 MoE performance recipes of megatron-bridge 0.6.2 with tp > 1
+            # (DeepSeek-V3, Kimi-K2, Qwen3-235B-A22B, Qwen3-VL / Qwen3.5-VL MoE, GPT-OSS-20B, Nemotron 3 Super /
+            # Ultra, on H100, B200, B300, GB200 and GB300) sets `CommOverlapConfig(tp_comm_overlap=False)` or leaves
+            # `comm_overlap` None (recipes/common.py `_pretrain_common`: no overlap), while every dense one keeps it
+            # (Llama 3, Nemotron-H 56B); e.g. perf_recipes/qwen/h100/qwen3_moe.py (TP 2, EP 32) and the library
+            # recipe recipes/deepseek/h100/deepseek_v3.py
+            tp_comm_overlap="tp>1 dense not nvfp4",
             recompute_granularity="none",
             expert_tensor_parallel_size=1,
             cross_entropy_fusion=True,
@@ -288,13 +294,13 @@ def defaults_on(framework: str, day: date | None) -> DefaultsEra | None:
     return next((e for e in eras if e.holds(day)), eras[0])
 
 
-def resolve_rule(value: object, tp: int, precision: str, gpu: str = "") -> object:
-    """A setting's value for one run on GPU preset `gpu`: the rules (`"tp>1"`, `"tp>1 not nvfp4"`, `"bf16"`,
-    `"not fp16"`, `"not b200"`) resolved, other values as is."""
+def resolve_rule(value: object, tp: int, precision: str, gpu: str = "", moe: bool = False) -> object:
+    """A setting's value for one run on GPU preset `gpu` of a MoE model or not (`moe`): the rules (`"tp>1"`,
+    `"tp>1 dense not nvfp4"`, `"bf16"`, `"not fp16"`, `"not b200"`) resolved, other values as is."""
     if value == "tp>1":
         return tp > 1
-    if value == "tp>1 not nvfp4":
-        return tp > 1 and precision != "nvfp4"
+    if value == "tp>1 dense not nvfp4":
+        return tp > 1 and not moe and precision != "nvfp4"
     if value == "bf16":  # on for bf16 training only
         return precision == "bf16"
     if value == "not fp16":  # on unless fp16 (bf16 and the 8/4-bit recipes, which run with --bf16)
@@ -313,7 +319,7 @@ def era_training_values(
     if era is None:
         return {}
     return {
-        key: resolve_rule(value, tp, precision, gpu)
+        key: resolve_rule(value, tp, precision, gpu, moe)
         for key, value in era.settings.items()
         if moe or key != "expert_tensor_parallel_size"
     }

@@ -429,7 +429,7 @@ def run_from_row(row: dict[str, str], framework_version: date | None = None) -> 
     for key, value in defaults.items():
         if key in values:
             continue
-        value = resolve_rule(value, tp, str(values["precision"]), gpu)
+        value = resolve_rule(value, tp, str(values["precision"]), gpu, model.is_moe)
         if key == "expert_tensor_parallel_size" and not model.is_moe:
             continue
         values[key] = value
