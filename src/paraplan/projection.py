@@ -173,7 +173,6 @@ def block_context(
         cal,
         _block_groups(groups if isinstance(groups, PlacedGroups) else PlacedGroups(groups)),
         train.tp_comm_overlap,
-        train.overlaps_ep,
         profile,
         train.tp_async_backward,
         train.cuda_graph_scope,

@@ -108,7 +108,7 @@ def test_hot_dataclasses(cls: type) -> None:
 
 def test_block_context_hash_and_other_scope() -> None:
     system = system_preset("h100-sxm5-80gb", 8)
-    args = (system, calibration_for(system.gpu.name, "megatron-lm"), {}, False, False)
+    args = (system, calibration_for(system.gpu.name, "megatron-lm"), {}, False)
     fast = BlockContext(*args)
     plain = object.__new__(BlockContext)
     BlockContext.__dataclass_init__(plain, *args)  # type: ignore[attr-defined]

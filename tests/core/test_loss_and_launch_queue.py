@@ -59,7 +59,7 @@ def _small(name: str) -> Op:
 
 
 def test_the_launch_queue_hides_host_time_behind_long_kernels_only_after_them() -> None:
-    ctx = BlockContext(system=H100, cal=Calibration(), groups={}, tp_comm_overlap=False, ep_overlap=False)
+    ctx = BlockContext(system=H100, cal=Calibration(), groups={}, tp_comm_overlap=False)
     host = 20e-6
     big = compute_time_s(_gemm("g", 65536), H100.gpu, ctx.cal)
     small = compute_time_s(_small("s"), H100.gpu, ctx.cal)
@@ -95,7 +95,7 @@ def test_layers_in_one_queue_cost_what_the_queue_gives_their_concatenation(host:
 
     train = TrainingSpec(tensor_model_parallel_size=2, micro_batch_size=1, seq_length=1024)
     system = system_preset("a100-sxm4-80gb", 8)
-    ctx = BlockContext(system, Calibration(host_launch_s=host), group_placements(train, system), False, False)
+    ctx = BlockContext(system, Calibration(host_launch_s=host), group_placements(train, system), False)
     ops = L.decoder_layer_ops(model_preset("llama3.1-8b"), L.Shard.of(train), moe=False)
     one = block_cost(ops, "none", ctx)
     three = _phase_times(ops * 3, ctx, host)  # three layers issued into one stream, timed from an empty queue

@@ -46,7 +46,7 @@ def _layer(interference: float, tp_async: bool = True, userbuffers: bool = False
     train = TrainingSpec().with_values(tp=8, dp=1, mbs=4, gbs=4, seq=2048, tp_async_backward=tp_async)
     system = system_preset("a100-sxm4-80gb", 8)
     cal = replace(calibration_for(system.gpu.name), overlap_interference=interference)
-    ctx = BlockContext(system, cal, group_placements(train, system), userbuffers, False, tp_async_backward=tp_async)
+    ctx = BlockContext(system, cal, group_placements(train, system), userbuffers, tp_async_backward=tp_async)
     return block_cost(L.decoder_layer_ops(model, L.Shard.of(train), moe=False), "none", ctx)
 
 

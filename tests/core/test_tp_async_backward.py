@@ -36,7 +36,7 @@ def _train(sp: bool, asynchronous: bool = True, mbs: int = 4, seq: int = 2048) -
 def _layer_cost(train: TrainingSpec, model: ModelSpec = GPT_22B, nic_gpus_per_node: int = 8):
     system = system_preset("a100-sxm4-80gb", 8).with_overrides(gpus_per_node=nic_gpus_per_node)
     ctx = BlockContext(
-        system, calibration_for(system.gpu.name), group_placements(train, system), False, False,
+        system, calibration_for(system.gpu.name), group_placements(train, system), False,
         tp_async_backward=train.tp_async_backward,
     )  # fmt: skip
     return block_cost(L.decoder_layer_ops(model, L.Shard.of(train), moe=False), "none", ctx)

@@ -125,7 +125,7 @@ def test_tp_collectives_of_a_layer_equal_the_regressor(ref: ProfileRef) -> None:
     cal = at_scale(calibration_for(GPU, train.framework), system.num_gpus)
     shard = L.Shard.of(train.with_values(data_parallel_size=4))
     groups = group_placements(train, system)
-    ctx = BlockContext(system, cal, groups, False, False, ref)
+    ctx = BlockContext(system, cal, groups, False, ref)
     forward = K.layer_kind("dense").ops(MODEL, shard)
     ops = [*forward, *(b for op in forward for b in backward_ops(op))]
     comms = [op.comm for op in ops if op.kind is OpKind.COMM and op.comm.axis is CommAxis.TP]

@@ -204,7 +204,6 @@ class BlockContext:
     groups: Mapping[CommAxis, GroupPlacement]
     """Stored as `PlacedGroups` (hashable), whatever mapping is given."""
     tp_comm_overlap: bool
-    ep_overlap: bool
     timer: OpTimer | None = None
     """A fitted profile's op times, and its collectives' where it has them (`ProjectionOptions.profile`,
     `cost.collectives`); None: the analytic model only."""
@@ -226,7 +225,7 @@ class BlockContext:
     def __post_init__(self) -> None:
         if not isinstance(self.groups, PlacedGroups):
             object.__setattr__(self, "groups", PlacedGroups(self.groups))
-        values = (self.system, self.cal, self.groups, self.tp_comm_overlap, self.ep_overlap, self.timer)
+        values = (self.system, self.cal, self.groups, self.tp_comm_overlap, self.timer)
         knobs = (self.cuda_graph_scope, self.graphed_block, self.moe_host_sync)
         object.__setattr__(self, "_hash", hash((*values, self.tp_async_backward, *knobs)))
 
@@ -277,10 +276,12 @@ class _PhaseTime:
 
 def _exposed_fraction(label: str, ctx: BlockContext) -> float | None:
     """Exposed share of a collective known before the phase is timed (None: decided after, from the
-    compute it overlaps)."""
+    compute it overlaps). The EP all-to-all is exposed in full within its own phase: EP overlap hides it behind
+    another micro-batch's compute, in the F&B pairs of the schedule (`sim.tables._pair_entries`), never behind the
+    phase that waits for it."""
     if label == "tp":
         return ctx.cal.tp_overlap_exposed if ctx.tp_comm_overlap else 1.0
-    if label == "cp" or (label == "ep" and ctx.ep_overlap):
+    if label == "cp":
         return None
     return 1.0
 
@@ -384,11 +385,8 @@ def _phase_times(
     out.attention_s, out.gemm_s, out.profiled_s = attention_s, gemm_s, profiled_s
     compute = finish - exposed_in_queue
     hidden = 0.0
-    for label, total in deferred.items():
-        if label == "cp":  # ring exchange overlapped with the attention blocks it feeds
-            exposed = max(0.0, total - out.attention_s)
-        else:  # EP all-to-all hidden behind another micro-batch's compute
-            exposed = max(0.0, total - 0.8 * (compute - out.attention_s))
+    for label, total in deferred.items():  # the CP ring exchange, overlapped with the attention blocks it feeds
+        exposed = max(0.0, total - out.attention_s)
         out.comm_exposed_s[label] = out.comm_exposed_s.get(label, 0.0) + exposed
         hidden += total - exposed
     out.host_bound_s = max(0.0, compute - gpu)

@@ -56,16 +56,32 @@ PROGRAM_BUILDERS: Mapping[str, ProgramBuilder] = MappingProxyType(
 """Schedule name (`paraplan.specs.schedule.SCHEDULES`) -> the builder of its programs."""
 
 
-def _no_pipelining(schedule: str, chunks: int, m: int) -> tuple[RankProgram, ...]:
-    """pp = 1: each micro-batch's forward through the rank's chunks, then its backward in reverse."""
+def _no_pipelining(schedule: str, chunks: int, m: int, overlap_pairs: bool = False) -> tuple[RankProgram, ...]:
+    """pp = 1: each micro-batch's forward through the rank's chunks, then its backward in reverse.
+
+    overlap_pairs (EP overlap): the forward of micro-batch i + 1 runs with the backward of micro-batch i, chunk by
+    chunk, as F&B pairs; the first forward and the last backward run alone. megatron-core 0.15.0
+    `forward_backward_no_pipelining` -> `combined_1f1b_schedule_for_no_pipelining` (pipeline_parallel/
+    combined_1f1b.py) under `overlap_moe_expert_parallel_comm`."""
     spec = schedule_named(schedule)
     paths = spec.stage_paths(1, chunks)
-    actions: list[Action] = []
+    forwards, backwards = [], []
     for mb in range(m):
         path = paths[spec.microbatch_direction(m, mb)]
-        actions += [(F, chunk, mb) for _, chunk in path]
-        actions += [(BW, chunk, mb) for _, chunk in reversed(path)]
-    return (RankProgram(tuple(actions)),)
+        forwards.append([(F, chunk, mb) for _, chunk in path])
+        backwards.append([(BW, chunk, mb) for _, chunk in reversed(path)])
+    actions: list[Action] = []
+    pairs: list[int] = []
+    for mb in range(m):
+        if not overlap_pairs or mb == 0:
+            actions += forwards[mb]
+        else:
+            for f, b in zip(forwards[mb], backwards[mb - 1], strict=True):
+                pairs.append(len(actions))
+                actions += [f, b]
+        if not overlap_pairs or mb == m - 1:
+            actions += backwards[mb]
+    return (RankProgram(tuple(actions), tuple(pairs)),)
 
 
 def _checked(schedule: str, pp: int, vpp: int, num_microbatches: int) -> ProgramBuilder:
@@ -87,10 +103,14 @@ def rank_programs(
     overlap_pairs: the caller will run the marked F&B pairs as one overlapped task (EP overlap). Pairs
     exist where a framework overlaps a forward with another micro-batch's backward: DualPipe(V), and
     Megatron-LM's interleaved schedule with `overlap_moe_expert_parallel_comm` (steady-state F and B of
-    different virtual stages). Other schedules have no pairs; EP overlap changes nothing there."""
+    different virtual stages), and any schedule at pp = 1 (consecutive micro-batches, `_no_pipelining`). Other
+    schedules have no pairs; EP overlap changes nothing there: megatron-core 0.15.0 refuses it with pp > 1 and no
+    virtual pipeline (transformer_config.py `__post_init__`: "virtual_pipeline_model_parallel_size must be
+    specified when pipeline_model_parallel_size > 1")."""
     builder = _checked(schedule, pp, vpp, num_microbatches)
     if pp == 1:
-        return _no_pipelining(schedule, schedule_named(schedule).chunks_per_rank(vpp), num_microbatches)
+        chunks = schedule_named(schedule).chunks_per_rank(vpp)
+        return _no_pipelining(schedule, chunks, num_microbatches, overlap_pairs)
     return builder.programs(pp, vpp, num_microbatches, overlap_pairs)
 
 

@@ -6,8 +6,9 @@ communication per micro-batch; it belongs to F and B (activations and their grad
 weight gradients of W are local), so it is split between them in proportion to their durations.
 
 An F&B pair (DualPipe's overlapped chunk, DeepSeek-V3 report figure 4) runs one micro-batch's forward and
-another's backward together, so each one's EP all-to-all hides behind the other's compute: the pair takes
-max(compute of both, exposed EP of both) instead of their sum (perfect interleaving, SM sharing ignored).
+another's backward together, so each one's EP all-to-all hides behind the other's compute: the pair takes their
+sum less min(F's all-to-all, B's compute) and min(B's all-to-all, F's compute) (perfect interleaving, SM sharing
+ignored). This is the only place EP overlap hides the all-to-all: within a phase it is exposed (`cost.block`).
 """
 
 from __future__ import annotations
@@ -185,9 +186,9 @@ def _pair_entries(
     key = plan.pp * plan.n_chunks * N_KINDS + np.arange(len(pairs))
     kf = (pairs[:, 0] * plan.n_chunks + pairs[:, 1]) * N_KINDS + F
     kb = (pairs[:, 0] * plan.n_chunks + pairs[:, 3]) * N_KINDS + pairs[:, 2]
-    ep = exposed["ep"][kf] + exposed["ep"][kb]
-    compute = dur[kf] + dur[kb] - ep
-    overlapped = np.minimum(compute, ep)
+    ep_f, ep_b = exposed["ep"][kf], exposed["ep"][kb]
+    # each one's all-to-all hides behind the other's compute only, not its own (the phase waits for it)
+    overlapped = np.minimum(ep_f, dur[kb] - ep_b) + np.minimum(ep_b, dur[kf] - ep_f)
     dur[key] = dur[kf] + dur[kb] - overlapped
     fwd[key], bwd[key], rec[key] = fwd[kf], bwd[kb], rec[kb]
     gather[key], scatter[key] = gather[kf] + gather[kb], scatter[kf] + scatter[kb]
