@@ -186,7 +186,9 @@ GPT_OSS_20B_HF = {  # openai/gpt-oss-20b config.json's shape fields (as quoted i
     "intermediate_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
     "vocab_size": 201088, "num_local_experts": 32, "num_experts_per_tok": 4, "experts_per_token": 4,
     "sliding_window": 128, "attention_bias": True, "tie_word_embeddings": False,
-    "layer_types": ["sliding_attention", "full_attention"] * 12,
+    "layer_types": ["sliding_attention", "full_attention"] * 12, "swiglu_limit": 7.0,
+    "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+                     "rope_type": "yarn", "truncate": False},
 }  # fmt: skip
 
 

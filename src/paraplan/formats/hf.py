@@ -273,6 +273,10 @@ def _gpt_oss(model: ModelSpec, common: dict[str, Any], gaps: list[str]) -> dict[
         gaps.append("gpt_oss has SwiGLU experts in every layer, no shared expert, RMSNorm")
     if model.softmax_type != "learnable":
         gaps.append(f"gpt_oss attention always has learned sinks (softmax {model.softmax_type}): written with them")
+    if not model.moe_expert_linear_bias:
+        gaps.append("gpt_oss experts always have biases: written with them")
+    factor = model.yarn_rotary_scaling_factor
+    yarn = {"rope_type": "yarn", "factor": factor} if factor else None
     return {
         "architectures": ["GptOssForCausalLM"],
         "model_type": "gpt_oss",
@@ -290,6 +294,8 @@ def _gpt_oss(model: ModelSpec, common: dict[str, Any], gaps: list[str]) -> dict[
             "full_attention" if every and (i + 1) % every == 0 else "sliding_attention" for i in range(model.num_layers)
         ],
         "rms_norm_eps": 1e-5,
+        "swiglu_limit": model.activation_func_clamp_value,
+        "rope_scaling": yarn,
     }
 
 

@@ -142,6 +142,9 @@ RELEVANT: tuple[Arg, ...] = (
     _a("window_attn_skip_freq", "int"),
     _a("no_rope_freq", "int"),
     _a("softmax_type", "str", choices=("vanilla", "off-by-one", "learnable")),
+    # gpt-oss's YaRN RoPE and GLU clamp (megatron-core 0.16 TransformerConfig fields, same rule)
+    _a("yarn_rotary_scaling_factor", "float"),
+    _a("activation_func_clamp_value", "float"),
     # --- recompute
     _a("recompute_granularity", "str", choices=("full", "selective")),
     _a("recompute_method", "str", choices=("uniform", "block")),

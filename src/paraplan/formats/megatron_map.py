@@ -425,6 +425,10 @@ def _linear_attention_fields(v: Mapping[str, Any], problems: Problems, label: La
     return out
 
 
+GPT_OSS_NUMERICS_DESTS = ("yarn_rotary_scaling_factor", "activation_func_clamp_value")
+"""megatron-core 0.16 TransformerConfig fields of gpt-oss's YaRN RoPE and GLU clamp (ModelSpec's own names)."""
+
+
 def parse_window(raw: Any, where: str, problems: Problems) -> int | None:
     """megatron-core's `window_size` (left, right) -> paraplan's left window; None for -1 / no window. The right
     window of a causal decoder is 0 (gpt-oss: (127, 0))."""
@@ -455,6 +459,9 @@ def _local_attention_fields(v: Mapping[str, Any], problems: Problems, label: Lab
         out["nope_layer_interval"] = v["no_rope_freq"]
     if "softmax_type" in v:
         out["softmax_type"] = v["softmax_type"]
+    for dest in GPT_OSS_NUMERICS_DESTS:  # None: megatron-core's default, off
+        if v.get(dest) is not None:
+            out[dest] = v[dest]
     return out
 
 
@@ -513,6 +520,9 @@ def _model_fields(
     # mixture of experts
     if "num_experts" in v:
         f["num_experts"] = v["num_experts"]
+        # megatron-core's experts take the linear layers' biases (TEGroupedMLP `bias=config.add_bias_linear`), on by
+        # Megatron's default (`--disable-bias-linear` turns it off)
+        f["moe_expert_linear_bias"] = bool(v.get("add_bias_linear", True))
         f["moe_router_topk"] = v.get("moe_router_topk", 2)  # Megatron's default top-k
         for dest in ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"):
             if dest in v:
@@ -568,15 +578,23 @@ MODEL_DESTS = frozenset(
         *"linear_value_head_dim linear_num_key_heads linear_num_value_heads attention_output_gate".split(),
         *"dsa_indexer_n_heads dsa_indexer_head_dim dsa_indexer_topk".split(),
         *"window_size window_attn_skip_freq no_rope_freq softmax_type".split(),
+        *GPT_OSS_NUMERICS_DESTS,
     )
 )
 """What `megatron_values` writes about the model's architecture; the rest is the training plan."""
 
 
+def position_embedding_type(model: ModelSpec) -> str:
+    """megatron-core's `position_embedding_type` of the model: "yarn" with a YaRN scaling factor."""
+    if model.position == "rope" and model.yarn_rotary_scaling_factor:
+        return "yarn"
+    return {"learned": "learned_absolute", "none": "none"}.get(model.position, "rope")
+
+
 def local_attention_values(model: ModelSpec) -> dict[str, Any]:
     """megatron-core 0.16.1 TransformerConfig's sliding window (`window_size` "left,right", `window_attn_skip_freq`),
-    NoPE layers (`no_rope_freq`, an int N: every N-th layer skips RoPE) and `softmax_type`, where they differ from
-    the defaults."""
+    NoPE layers (`no_rope_freq`, an int N: every N-th layer skips RoPE), `softmax_type` and gpt-oss's YaRN factor and
+    GLU clamp (`GPT_OSS_NUMERICS_DESTS`), where they differ from the defaults."""
     out: dict[str, Any] = {}
     if model.window_size:
         out["window_size"] = f"{model.window_size},0"
@@ -586,6 +604,7 @@ def local_attention_values(model: ModelSpec) -> dict[str, Any]:
         out["no_rope_freq"] = model.nope_layer_interval
     if model.softmax_type != "vanilla":
         out["softmax_type"] = model.softmax_type
+    out.update({dest: getattr(model, dest) for dest in GPT_OSS_NUMERICS_DESTS if getattr(model, dest)})
     return out
 
 
@@ -642,10 +661,12 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
         gaps.append(f"activation {model.activation} (Megatron-LM's flags give gelu, swiglu, squared-relu): gelu used")
     if model.position == "alibi":
         gaps.append("ALiBi positions (Megatron-LM has none): rope used")
-    out["position_embedding_type"] = {"learned": "learned_absolute", "none": "none"}.get(model.position, "rope")
+    out["position_embedding_type"] = position_embedding_type(model)
     if not model.tied_embeddings:
         out["untie_embeddings_and_output_weights"] = True
-    if not model.attention_bias:
+    if model.moe_expert_linear_bias:  # every linear has a bias (gpt-oss): Megatron's default
+        pass
+    elif not model.attention_bias:
         out["add_bias_linear"] = False
     elif model.activation != "gelu" or model.norm != "layernorm":
         out["add_bias_linear"] = False

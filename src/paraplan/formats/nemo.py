@@ -41,6 +41,7 @@ from paraplan.formats.megatron_map import (
     MAMBA_DESTS,
     local_attention_values,
     pattern_with_stages,
+    position_embedding_type,
     specs_from_megatron,
     typed_value,
 )
@@ -63,6 +64,7 @@ SAME_NAME = frozenset(
     (
         "num_layers hidden_size ffn_hidden_size num_attention_heads kv_channels vocab_size seq_length normalization "
         "position_embedding_type add_bias_linear add_qkv_bias hidden_dropout attention_dropout moe_ffn_hidden_size "
+        "yarn_rotary_scaling_factor activation_func_clamp_value "
         "moe_router_topk moe_shared_expert_intermediate_size moe_expert_capacity_factor multi_latent_attention "
         "q_lora_rank kv_lora_rank qk_head_dim qk_pos_emb_head_dim v_head_dim mtp_num_layers "
         "make_vocab_size_divisible_by tensor_model_parallel_size pipeline_model_parallel_size context_parallel_size "
@@ -447,9 +449,10 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
             "_call_": False,
         },
         "gated_linear_unit": model.gated_mlp,
-        "position_embedding_type": {"learned": "learned_absolute", "none": "none"}.get(model.position, "rope"),
+        "position_embedding_type": position_embedding_type(model),
         "share_embeddings_and_output_weights": model.tied_embeddings,
-        "add_bias_linear": model.attention_bias and model.activation == "gelu" and model.norm == "layernorm",
+        "add_bias_linear": model.moe_expert_linear_bias
+        or (model.attention_bias and model.activation == "gelu" and model.norm == "layernorm"),
         "add_qkv_bias": model.attention_bias,
         "hidden_dropout": 0.1 if model.dropout else 0.0,
         "attention_dropout": 0.1 if model.dropout else 0.0,

@@ -52,7 +52,8 @@ SIXTEEN_BIT_LOSS_FRAMEWORKS = frozenset({"llm-foundry"})
 # column-wise copy alone (per-tensor FP8 under sequence parallelism on Hopper keeps the row-wise copy too, to
 # gather it again: not modelled, at most the h / tp input of a column-parallel GEMM). torchtitan's float8 (torchao
 # `Float8Linear`) saves the high-precision input.
-TE_LINEAR_FRAMEWORKS = frozenset({"megatron-lm", "nemo-megatron"})
+MEGATRON_CORE_FRAMEWORKS = frozenset({"megatron-lm", "nemo-megatron"})
+TE_LINEAR_FRAMEWORKS = MEGATRON_CORE_FRAMEWORKS
 FP8_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
 
 SELECTIVE = frozenset({"selective"})
@@ -91,6 +92,7 @@ class Shard:
     quantized_saved_inputs: bool = False  # low-precision GEMMs keep their input quantised (`TE_LINEAR_FRAMEWORKS`)
     flex_dispatch: bool = False  # MoE tokens sent once per destination rank and node (DeepEP / HybridEP)
     moe_padding_factor: float = 1.0  # routed copies per balanced one (drop-and-pad: the capacity factor)
+    megatron_core: bool = False  # megatron-core's modules, with their eager paths (`MEGATRON_CORE_FRAMEWORKS`)
 
     @property
     def tokens(self) -> int:
@@ -144,6 +146,7 @@ class Shard:
             quantized_saved_inputs=train.framework in TE_LINEAR_FRAMEWORKS,
             flex_dispatch=train.moe_token_dispatcher_type == "flex",
             moe_padding_factor=train.moe_padding_factor,
+            megatron_core=train.framework in MEGATRON_CORE_FRAMEWORKS,
         )
 
 
@@ -274,10 +277,20 @@ def _norm(name: str, model: ModelSpec, shard: Shard) -> Op:
     return _elementwise(shard, name, bytes_moved=moved, saved=shard.act_bytes * elems, flops=5 * elems, tags=tags)
 
 
-def _rotary(shard: Shard, elems: float) -> Op:
-    """Rotary embedding over `elems` query and key elements (fused kernel, or eager rotate-half)."""
-    moved = passes("rotary", shard.fused) * shard.act_bytes * elems
-    return _elementwise(shard, "rotary", moved, tags=EAGER_TAG | {"rotary"} if not shard.fused else frozenset())
+def _rotary(shard: Shard, elems: float, fused: bool = True) -> Op:
+    """Rotary embedding over `elems` query and key elements (fused kernel, or eager rotate-half when the shard's
+    kernels are eager or `fused` is False)."""
+    fused = fused and shard.fused
+    moved = passes("rotary", fused) * shard.act_bytes * elems
+    return _elementwise(shard, "rotary", moved, tags=EAGER_TAG | {"rotary"} if not fused else frozenset())
+
+
+def fused_rope_available(model: ModelSpec, shard: Shard) -> bool:
+    """Whether megatron-core runs the model's RoPE in TransformerEngine's fused kernel: not under YaRN with a
+    concentration factor other than 1 (gpt-oss: 1.35), which TE's fused RoPE does not take, so megatron-core 0.16
+    warns and runs the eager rotate-half (models/common/embeddings/rope_utils.py `apply_rotary_pos_emb`: "mscale=...
+    is not supported by TE's fused RoPE. Using unfused implementation.")."""
+    return not (shard.megatron_core and model.rope_concentration != 1.0)
 
 
 def _split_grad(name: str, shard: Shard, elems: float, count: int = 1, tags=frozenset()) -> list[Op]:
@@ -478,7 +491,7 @@ def attention_ops(model: ModelSpec, shard: Shard, local: bool = False) -> list[O
     ops.append(_gemm("qkv", tokens, qkv_width, h, shard, saved=qkv_saved, saved_input=tokens * h / shard.sp_div))
     ops += _split_grad("qkv_split", shard, tokens * qkv_width)
     if model.position == "rope":
-        ops.append(_rotary(shard, tokens * (heads + kv_heads) * d))
+        ops.append(_rotary(shard, tokens * (heads + kv_heads) * d, fused_rope_available(model, shard)))
     ops += _cp_exchange(model, shard, 2 * kv_heads * d)
     ops += _kept_attention_output(_core_attention(model, shard, heads, kv_heads, d, d, local), shard,
                                   0 if gate_width else tokens * heads * d)  # fmt: skip
@@ -564,11 +577,52 @@ def _mlp_body(
     return [
         _gemm(f"{prefix}_up", tokens, up_width, h, shard, count=count, tags=tags, saved_input=up_input),
         *(_split_grad(f"{prefix}_up_split", shard, tokens * up_width, count, tags) if model.gated_mlp else []),
+        *_activation_clamp(prefix, model, shard, tokens * up_width * count, tags),
         _elementwise(
             shard, f"{prefix}_act", act_moved, saved=act_in, flops=4 * tokens * up_width * count, tags=act_tags
         ),
         _gemm(f"{prefix}_down", tokens, h, ffn_local, shard, count=count, tags=tags, saved_input=act_out_elems),
     ]
+
+
+def _activation_clamp(prefix: str, model: ModelSpec, shard: Shard, elems: float, tags) -> list[Op]:
+    """gpt-oss's clamp of the GLU input (`ModelSpec.activation_func_clamp_value`) in front of megatron-core's fused
+    activation: megatron-core 0.16 `weighted_bias_quick_geglu_impl` (fusions/fused_bias_geglu.py, the
+    `bias_activation_fusion` path gpt-oss takes) runs it eagerly: chunk (views), `clamp` of the gate half and of the
+    linear half (each reads and writes its half), `torch.cat` of the two (read, write): 4 passes over the `elems`
+    elements of the up-projection's output. The clamps keep their input for backward, the up-projection's output,
+    beside the clamped copy the fused kernel keeps. Backward: each clamp's gradient reads the kept input and the
+    output gradient and writes its gradient through a byte mask (3 passes and a mask written and read), and the
+    chunk's backward concatenates the halves' gradients (read, write)."""
+    if not (model.activation_func_clamp_value and model.gated_mlp and shard.megatron_core and shard.fused):
+        return []
+    act = shard.act_bytes
+    return [
+        _elementwise(
+            shard, f"{prefix}_act_clamp", 4 * act * elems, saved=act * elems, tags=tags | EAGER_TAG, host_ops=3,
+            backward_bytes=(5 * act + 2 * MASK_BYTES) * elems,
+        )
+    ]  # fmt: skip
+
+
+def _expert_output_bias(model: ModelSpec, shard: Shard, rows: int, local_experts: int) -> list[Op]:
+    """The routed experts' output bias (`ModelSpec.moe_expert_linear_bias`) as megatron-core 0.16 adds it:
+    TEGroupedMLP's down projection returns its biases apart (`skip_bias_add=True`) and `_apply_bias`
+    (transformer/moe/experts.py) runs per local expert `t + b * p` (the bias times the token's routing probability:
+    write b*p, read it and t, write the sum) and `torch.cat`s the results (read, write): 6 passes over the `rows` x
+    hidden output, 2 kernels per expert and the concatenation. Backward: the product's two gradients
+    (grad * p summed to the bias, grad * b summed to the probability: write and read the product, read the gradient,
+    each) and the split's concatenation of the gradients (read, write): 8 passes."""
+    if not (model.moe_expert_linear_bias and shard.megatron_core):
+        return []
+    elems = rows * model.hidden_size
+    act = shard.act_bytes
+    return [
+        _elementwise(
+            shard, "expert_bias", 6 * act * elems, flops=2 * elems, tags=MOE | EAGER_TAG,
+            host_ops=2 * local_experts + 1, backward_bytes=8 * act * elems,
+        )
+    ]  # fmt: skip
 
 
 def mlp_ops(model: ModelSpec, shard: Shard) -> list[Op]:
@@ -621,6 +675,7 @@ def moe_ops(model: ModelSpec, shard: Shard) -> list[Op]:
     routed = tokens_per_expert * local_experts * h  # the permuted tokens, kept by the experts' up-projection
     body = _mlp_body("expert", model, shard, tokens_per_expert, ffn_local, local_experts, MOE, routed)
     ops += [replace(op, expert=True) for op in body]
+    ops += _expert_output_bias(model, shard, tokens_per_expert * local_experts, local_experts)
     if shard.etp > 1:
         ops.append(
             _comm(

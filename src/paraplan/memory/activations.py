@@ -119,7 +119,7 @@ def op_policy_saved_bytes(forward: Sequence[Op], layer_input_bytes: float, act_b
 MODULE_OP_NAMES: dict[str, tuple[str, ...]] = {
     "layernorm": ("attn_norm", "mlp_norm"),
     "mla_up_proj": ("q_up", "kv_up", "rotary"),
-    "moe_act": ("expert_act",),
+    "moe_act": ("expert_act_clamp", "expert_act"),
 }
 OUTPUT_DISCARDING = frozenset(MODULE_OP_NAMES)
 """Modules checkpointed by discarding their output (megatron-core: "moe_act", "layernorm" and "mla_up_proj");
@@ -174,11 +174,12 @@ def saved_bytes(forward: Sequence[Op], recompute: str, layer_input_bytes: float,
     if recompute.startswith(SELECTIVE_PREFIX):
         dropped: set[int] = set()
         for module in recompute[len(SELECTIVE_PREFIX) :].split(","):
+            members = [i for i, op in enumerate(forward) if _in_module(op, module)]
             if module in DISCARDED_OUTPUT_HOLDERS:
                 holders = DISCARDED_OUTPUT_HOLDERS[module]
                 dropped.update(i for i, op in enumerate(forward) if op.name in holders)
+                dropped.update(members[1:])  # inside the module (gpt-oss's clamped copy before `expert_act`)
                 continue
-            members = [i for i, op in enumerate(forward) if _in_module(op, module)]
             # core attention's inputs (Q, K, V) are saved by the projections before it (Korthikanti et al.)
             dropped.update(members if module == "core_attn" else members[1:])
         total = sum(op.saved_bytes for op in forward)

@@ -5,8 +5,8 @@ models (Nemotron-H, Nemotron 3: `nemotron_h`, with `hybrid_override_pattern` or 
 (`qwen3_next`: Gated DeltaNet among gated full attention, `layer_types` or `full_attention_interval`), Llama 4
 (`llama4` with its `text_config`, or `llama4_text`: chunked attention between NoPE global layers, interleaved MoE)
 and gpt-oss (`gpt_oss`: sliding-window layers between global ones, attention sinks, MoE). Both the legacy
-(`rope_scaling`, `torch_dtype`) and newer (`rope_parameters`, `dtype`) keys are accepted; neither affects cost, so
-they are only checked for type.
+(`rope_scaling`, `torch_dtype`) and newer (`rope_parameters`, `dtype`) keys are accepted; they are only checked for
+type, but for gpt-oss's YaRN factor (megatron-core runs its RoPE unfused: `graph.layers.fused_rope_available`).
 """
 
 from __future__ import annotations
@@ -360,5 +360,17 @@ def _gpt_oss(cfg: dict[str, Any], path: Path, name: str) -> ModelSpec:
         window_size=window - 1,  # HF counts the query's own key; paraplan (as Megatron) the keys before it
         window_attn_skip_freq=every,
         softmax_type="learnable",
+        yarn_rotary_scaling_factor=_yarn_factor(cfg),
+        activation_func_clamp_value=float(cfg.get("swiglu_limit") or 0.0),
+        moe_expert_linear_bias=True,  # GptOssExperts always has gate_up_proj_bias and down_proj_bias
         source=str(path),
     )
+
+
+def _yarn_factor(cfg: dict[str, Any]) -> float:
+    """The YaRN scaling factor of `rope_scaling` (or the newer `rope_parameters`), 0 for another RoPE type."""
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    if not isinstance(scaling, dict):
+        raise ConfigError("'rope_scaling' / 'rope_parameters' must be an object or null")
+    kind = scaling.get("rope_type", scaling.get("type"))
+    return float(scaling.get("factor") or 0.0) if kind == "yarn" else 0.0

@@ -6,6 +6,7 @@ Field names follow Megatron-core's `TransformerConfig` where one exists (`num_la
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Literal, get_args
 
@@ -122,6 +123,17 @@ class ModelSpec:
     attention_output_gate: bool = False
     """Full attention gated by sigmoid(x W_g) before its output projection (Qwen3-Next; Megatron
     `attention_output_gate`): the QKV projection also produces the gate, heads x head dim wide."""
+    # --- GPT-OSS's numerics (megatron-core 0.16 TransformerConfig names; HF gpt_oss config in brackets) ---
+    yarn_rotary_scaling_factor: float = 0.0
+    """YaRN RoPE scaling factor (`yarn_rotary_scaling_factor`; HF `rope_scaling.factor`; gpt-oss: 32). With
+    `yarn_mscale` unset (gpt-oss), megatron-core multiplies cos and sin by the concentration factor
+    0.1 ln(factor) + 1 (`_yarn_get_concentration_factor`; `rope_concentration`). 0: plain RoPE."""
+    activation_func_clamp_value: float = 0.0
+    """The gated MLP's gate half is clamped to at most this value and its linear half to +-this value before the
+    activation (`activation_func_clamp_value`; HF `swiglu_limit`; gpt-oss: 7.0). 0: no clamp."""
+    moe_expert_linear_bias: bool = False
+    """The routed experts' linear layers have biases (gpt-oss: megatron `add_bias_linear`; HF GptOssExperts
+    `gate_up_proj_bias`, `down_proj_bias`)."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -176,6 +188,8 @@ class ModelSpec:
                 ("window_attn_skip_freq", self.window_attn_skip_freq, 0, INF),
                 ("attention_chunk_size", self.attention_chunk_size, 0, INF),
                 ("nope_layer_interval", self.nope_layer_interval, 0, INF),
+                ("yarn_rotary_scaling_factor", self.yarn_rotary_scaling_factor, 0, INF),
+                ("activation_func_clamp_value", self.activation_func_clamp_value, 0, INF),
                 *optional,
             ],
             "model",
@@ -198,6 +212,14 @@ class ModelSpec:
     @property
     def head_dim(self) -> int:
         return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def rope_concentration(self) -> float:
+        """The factor megatron-core's YaRN multiplies cos and sin by (megatron-core 0.16
+        yarn_rotary_pos_embedding.py `_yarn_get_mscale` with `yarn_mscale` unset): 0.1 ln(factor) + 1; 1 without
+        YaRN scaling (factor <= 1)."""
+        factor = self.yarn_rotary_scaling_factor
+        return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
 
     @property
     def is_moe(self) -> bool:
