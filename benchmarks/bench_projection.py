@@ -119,7 +119,7 @@ function. Measured 16:42 (load average 1.4-1.7), --repeat 3 --rounds 3 --identic
 profiles: the whole Projection's repr) with the baseline's: all 3,654 identical (1,829 rows, 4 unread in both)
 against 5a72f49, main under this work (against an older ref, figures that work merged since changed show too).
 
-Run: python benchmarks/bench_projection.py [--repeat N] [--baseline-ref REF] [--no-baseline] [--identical]
+Run: python benchmarks/bench_projection.py [--repeat N] [--baseline-ref REF] [--no-baseline] [--identical] [--profile]
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from baseline_checkout import BASELINE_REF, REPO, baseline_src
+from profile_phases import Phase, print_phases
 
 PUBLIC_SOURCES = ("Narayanan2021_SC21", "Korthikanti2022", "MegatronLM_README_2020", "vTrain_MICRO24_multi")
 PUBLIC_CSV = Path(os.environ.get("PARAPLAN_SHARED", REPO.parent / "shared")) / "data" / "measured" / "public.csv"
@@ -210,6 +211,60 @@ def measure(rounds: int) -> dict[str, float]:
     return out
 
 
+# phases of a cold projection: (label, [(file suffix, function), ...]) whose cumulative CPU times add up
+PHASES: tuple[Phase, ...] = (
+    ("projection (project_specs)", (("paraplan/projection.py", "project_specs"),)),
+    ("  stage and block costs (_stage_sums_of, _chunk_cost)", (("paraplan/projection.py", "_stage_sums_of"),
+                                                               ("paraplan/projection.py", "_chunk_cost"))),
+    ("    a block's operators, forward and backward (block_ops_of)", (("paraplan/projection.py", "block_ops_of"),)),
+    ("    a block's phases timed per op (block_phases)", (("paraplan/cost/block.py", "block_phases"),)),
+    ("    a block per recompute mode (block_cost)", (("paraplan/cost/block.py", "block_cost"),)),
+    ("  pipeline simulation (sim.pipeline.play_pipeline)", (("paraplan/sim/pipeline.py", "play_pipeline"),)),
+    ("    the schedule's plan (sim.plan.build_plan)", (("paraplan/sim/plan.py", "build_plan"),)),
+    ("    duration tables (sim.tables.build_tables)", (("paraplan/sim/tables.py", "build_tables"),)),
+    ("    timeline (sim.engine.fast_timeline)", (("paraplan/sim/engine.py", "fast_timeline"),)),
+    ("    summary (sim.summary.summarize)", (("paraplan/sim/summary.py", "summarize"),)),
+    ("  memory per rank (stage_footprints, pipeline_memory)", (("paraplan/projection.py", "stage_footprints"),
+                                                              ("paraplan/memory/model.py", "pipeline_memory"))),
+    ("  layouts (_layout_parts)", (("paraplan/projection.py", "_layout_parts"),)),
+    ("  model FLOPs (model_flops_per_sequence)", (("paraplan/projection.py", "model_flops_per_sequence"),)),
+    ("  validator (specs.validate.check)", (("paraplan/specs/validate.py", "check"),)),
+    ("  calibration (calibration_for, at_scale)", (("paraplan/cost/calibration.py", "calibration_for"),
+                                                   ("paraplan/cost/calibration.py", "at_scale"))),
+)  # fmt: skip
+
+
+def profile_cold(rounds: int) -> None:
+    """The public rows' cold projections (`measure`'s) under cProfile: the CPU share of each phase, and the top
+    functions."""
+    import cProfile
+    import pstats
+
+    from paraplan.projection import project_specs
+    from paraplan.sim import loops_jit
+    from paraplan.validate.measured import read_rows, run_from_row
+
+    if loops_jit.available():
+        loops_jit.warm_up()
+    runs = [run_from_row(row) for row in read_rows(PUBLIC_CSV) if row["source"].startswith(PUBLIC_SOURCES)]
+    for m in runs:  # imports, presets and files loaded once
+        project_specs(m.model, m.system, m.train)
+    caches = _caches(FILE_CACHES | CONSTANT_CACHES)
+    profiler = cProfile.Profile()
+    for _ in range(rounds):
+        for m in runs:
+            for cache in caches:
+                cache.cache_clear()
+            profiler.enable()
+            project_specs(m.model, m.system, m.train)
+            profiler.disable()
+    stats = pstats.Stats(profiler)
+    total = sum(tt for _, _, tt, _, _ in stats.stats.values())  # type: ignore[attr-defined]
+    print(f"\n== profile: {len(runs)} public rows x {rounds} cold projections, {total:.2f} s profiled; shares of "
+          "project_specs ==")  # fmt: skip
+    print_phases(stats, PHASES, of_first=True)
+
+
 def digests() -> dict[str, str]:
     """Per row of public.csv (every source), the SHA-256 of the whole projection's repr (step time, breakdown,
     memory, FLOPs ...), analytic and with the shipped fitted profile of the row's GPU (where one ships)."""
@@ -262,6 +317,7 @@ def main() -> None:
     parser.add_argument("--baseline-ref", default=BASELINE_REF, help="git commit of the baseline")
     parser.add_argument("--no-baseline", action="store_true", help="this checkout only")
     parser.add_argument("--identical", action="store_true", help="also compare every public.csv projection")
+    parser.add_argument("--profile", action="store_true", help="profile the cold projections (cProfile), by phase")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # a subprocess: write the figures (JSON) here
     parser.add_argument("--digests", help=argparse.SUPPRESS)  # a subprocess: write `digests()` (JSON) here
     args = parser.parse_args()
@@ -270,6 +326,9 @@ def main() -> None:
         return
     if args.digests:
         Path(args.digests).write_text(json.dumps(digests()))
+        return
+    if args.profile:
+        profile_cold(args.rounds)
         return
     print(f"CPUs: {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}", flush=True)
     current: list[dict[str, float]] = []

@@ -167,6 +167,7 @@ import tempfile
 import time
 
 from baseline_checkout import BASELINE_REF
+from profile_phases import print_phases
 
 from paraplan.projection import project_specs
 from paraplan.sim import loops_jit
@@ -292,14 +293,7 @@ def profile_search() -> None:
     stats = pstats.Stats(profiler)
     total = sum(tt for _, _, tt, _, _ in stats.stats.values())  # type: ignore[attr-defined]
     print(f"\n== profile: the BF16 search in one process, {result.evaluated:,} projected, {total:.1f} s profiled ==")
-    for label, keys in PHASES:
-        cum = sum(
-            ct
-            for (file, _, name), (_, _, _, ct, _) in stats.stats.items()  # type: ignore[attr-defined]
-            if any(file.endswith(suffix) and name == fn for suffix, fn in keys)
-        )
-        print(f"{label:<56} {cum:7.1f} s  {cum / total:6.1%}")
-    stats.sort_stats("tottime").print_stats(12)
+    print_phases(stats, PHASES)
 
 
 def fitted_problem() -> TuneProblem:
