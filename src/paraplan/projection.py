@@ -732,6 +732,7 @@ def project_specs(
             overlap_grad_reduce=train.overlap_grad_reduce,
             overlap_param_gather=train.overlap_param_gather,
             ep_overlap=train.moe_ep_overlap or None,
+            pair_interference=cal.overlap_interference,
             dp_buckets_per_chunk=_buckets_per_chunk(train, stage_costs),
         ),
         extras,

@@ -13,6 +13,7 @@ from paraplan.formats.megatron_layout import (
     parse_layer_pattern,
     parse_pipeline_layout,
 )
+from paraplan.specs.knobs import knob_problems
 
 DATA = Path(__file__).parent / "data" / "megatron"
 
@@ -35,8 +36,21 @@ def test_moe_mla_mtp_fp8_and_layout() -> None:
     assert (model.num_experts, model.moe_router_topk, model.moe_first_k_dense, model.moe_layer_freq) == (256, 8, 3, 1)
     assert model.mtp_num_layers == 1 and model.moe_shared_expert_intermediate_size == 2048
     assert train.pipeline_layout == (3, *[4] * 14, 2)
-    assert train.precision == "fp8_blockwise" and train.moe_ep_overlap
+    assert train.precision == "fp8_blockwise" and not train.moe_ep_overlap
     assert train.recompute_granularity == "full" and train.recompute_num_layers == 2
+
+
+def test_ep_overlap_is_read_and_refused_where_megatron_refuses_it(tmp_path: Path) -> None:
+    """megatron-core 0.15 TransformerConfig: the EP overlap needs a virtual pipeline at pp > 1 and no full
+    recompute; the DeepSeek-V3 recipe (pp 16, one chunk per rank, full recompute of 2 layers) has neither."""
+    args = tmp_path / "args.txt"
+    args.write_text((DATA / "deepseek_v3_args.txt").read_text() + "--overlap-moe-expert-parallel-comm\n")
+    model, train, _ = read_config(args, "megatron", num_gpus=1024, env={})
+    assert train.moe_ep_overlap
+    problems = knob_problems(model, train)
+    assert any("needs the interleaved schedule" in p and "pp 16" in p for p in problems)
+    assert any("full recompute" in p for p in problems)
+    assert not knob_problems(model, train.with_values(moe_ep_overlap=False))
 
 
 def test_interleaved_from_layers_per_virtual_stage_and_fp16() -> None:

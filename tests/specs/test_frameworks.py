@@ -11,11 +11,14 @@ from paraplan.specs.frameworks import (
     ERAS,
     MEGATRON_ASYNC_TP_FROM,
     MEGATRON_CORE_FROM,
+    MODEL_RECIPES,
     defaults_on,
     era_training_values,
     framework_family,
+    model_recipe,
     parse_version,
 )
+from paraplan.specs.presets import gpu_names, model_names
 from paraplan.specs.training import FRAMEWORKS, TrainingSpec
 
 
@@ -93,3 +96,17 @@ def test_nemo_recipes_overlap_tp_communication_except_in_nvfp4_and_moe() -> None
     assert overlap(1, "mxfp8") is False and overlap(1, "nvfp4") is False
     # MoE recipes with TP (DeepSeek-V3, Qwen3-235B-A22B on H100, ...) leave it off whatever the precision
     assert overlap(2, "bf16", moe=True) is False and overlap(2, "fp8_cs", moe=True) is False
+
+
+def test_model_recipes_name_known_fields_models_and_gpus_and_hold_on_their_gpus_only() -> None:
+    fields = set(TrainingSpec.__dataclass_fields__)
+    for recipe in MODEL_RECIPES:
+        assert recipe.framework in FRAMEWORKS and recipe.source and recipe.label
+        assert set(recipe.settings) <= fields and recipe.model in model_names(), recipe.label
+        assert recipe.gpus is None or recipe.gpus <= set(gpu_names()), recipe.label
+    # megatron-bridge 0.6.2 perf_recipes/qwen: EP overlap in the H100 recipe of Qwen3-235B-A22B only
+    h100 = model_recipe("nemo-megatron", "qwen3-235b-a22b", "h100-sxm5-80gb")
+    assert h100 is not None and h100.settings == {"moe_ep_overlap": True}
+    assert all(model_recipe("nemo-megatron", "qwen3-235b-a22b", g) is None for g in ("b200", "b300", "gb200-nvl72"))
+    assert model_recipe("megatron-lm", "qwen3-235b-a22b", "h100-sxm5-80gb") is None
+    assert model_recipe("nemo-megatron", "deepseek-v3", "b200") is not None  # a recipe of every GPU

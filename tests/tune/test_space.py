@@ -64,7 +64,10 @@ def test_overlap_flags_never_hurt(dense_problem, moe_problem) -> None:
                 if not getattr(c, flag):
                     continue
                 off = project_specs(problem.model, system, to_training(problem, c.with_axes(**{flag: False})))
-                assert on.step_time_s <= off.step_time_s * (1 + 1e-12), (c.describe(), flag)
+                # at most 1% slower: hidden collectives slow the compute beside them (overlap_interference) and
+                # bucketed reduces pay a latency each; where a rank's gradients finish at the step's end (DualPipeV
+                # holds the first and the last stage) little is left to hide them behind
+                assert on.step_time_s <= off.step_time_s * 1.01, (c.describe(), flag)
                 assert on.memory.peak_gib <= off.memory.peak_gib + 1e-9
                 checked += 1
     assert checked > 50

@@ -201,3 +201,22 @@ def test_megatron_bridge_moe_rows_with_tp_take_no_tp_overlap_and_dense_ones_do(p
     assert all(run.train.tp_comm_overlap for run in dense)
     for run in moe + dense:
         assert any(a.key == "tp_comm_overlap" for a in run.defaults_used)
+
+
+def test_qwen3_235b_h100_recipe_hides_the_all_to_all_where_megatron_admits_it(public_csv) -> None:
+    """Megatron-Bridge's H100 recipe of Qwen3-235B-A22B overlaps the EP all-to-all (`specs.frameworks.MODEL_RECIPES`,
+    megatron-bridge 0.6.2): its rows take EP overlap as an assumption; the model's rows on other GPUs, a row of
+    another framework, and a layout Megatron refuses it on (pp > 1 without a virtual pipeline) do not."""
+    rows = [r for r in read_rows(public_csv) if r["model_preset"] == "qwen3-235b-a22b" and r["metric"] != "memory_gib"]
+    h100 = [r for r in rows if r["framework"] == "nemo-megatron" and r["gpu_preset"] == "h100-sxm5-80gb"]
+    others = [r for r in rows if r["framework"] == "nemo-megatron" and r["gpu_preset"] != "h100-sxm5-80gb"]
+    assert h100 and others
+    for row in h100:
+        run = run_from_row(row)
+        assert run.train.moe_ep_overlap
+        assert any(a.key == "moe_ep_overlap" and "H100 recipe" in a.why for a in run.defaults_used)
+    assert not any(run_from_row(r).train.moe_ep_overlap for r in others)
+    assert not run_from_row({**h100[0], "framework": "megatron-lm"}).train.moe_ep_overlap
+    refused = run_from_row({**h100[0], "vpp": ""})
+    assert not refused.train.moe_ep_overlap
+    assert any(a.key.endswith("not taken") and "virtual pipeline" in a.why for a in refused.defaults_used)

@@ -779,8 +779,11 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
     for dest in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
         if getattr(train, dest):
             out[dest] = True
-    if train.moe_ep_overlap:
+    runs_schedule = "megatron" in train.schedule.framework_names or train.pp == 1
+    if train.moe_ep_overlap and runs_schedule:
         out["overlap_moe_expert_parallel_comm"] = True
+    elif train.moe_ep_overlap:  # its 1F1B has no F&B pairs: megatron-core refuses the overlap (specs.knobs)
+        gaps.append("EP overlap (Megatron-LM's 1F1B has no forward/backward pairs to run it in): left off")
     if not train.grad_reduce_in_fp32:
         out["grad_reduce_in_bf16"] = True
     if train.use_precision_aware_optimizer:

@@ -93,6 +93,10 @@ class PipelineCosts:
     schedule with `overlap_moe_expert_parallel_comm`). None: on where the schedule always pairs them
     (`PipelineSchedule.pairs_forward_backward`: DualPipe, DualPipeV), off otherwise. Schedules without such pairs
     (gpipe, 1f1b, zb-h1, zb-v) ignore it."""
+    pair_interference: float = 0.0
+    """Seconds of compute an F&B pair adds per second of EP all-to-all it hides (`Calibration.overlap_interference`:
+    the collective's kernels take SMs and memory bandwidth from the compute beside them, as every hidden collective
+    does in the projection)."""
     dp_buckets_per_chunk: int = DEFAULT_DP_BUCKETS_PER_CHUNK
     """Gradient (and parameter) buckets per chunk for the DP overlap model: each chunk's reduction (and gather)
     in this many equal parts. Megatron's bucket holds max(40M, 1M x dp) parameters by default

@@ -127,6 +127,7 @@ def _parts(
     # The simulator's compute parts exclude the exposed intra-layer communication (it names that apart)
     # but know nothing of recompute or host-bound time: re-split its compute time on the critical rank.
     compute_total = sum(sim_parts.pop(part) for part in COMPUTE_PARTS)
+    paired = sim_parts.pop(Part.COMM_INTERFERENCE, 0.0)  # the F&B pairs' own, beside the chunks' (`interference`)
     own_compute = busy - exposed_inside
     scale = compute_total / own_compute if own_compute > 0 else 1.0
     pure = max(0.0, own_compute - recompute - host - interference)
@@ -135,7 +136,7 @@ def _parts(
     breakdown[Part.BACKWARD_COMPUTE] = pure * (1 - fwd_share) * scale
     breakdown[Part.RECOMPUTE] = recompute * scale
     breakdown[Part.HOST_LAUNCH_BOUND] = host * scale
-    breakdown[Part.COMM_INTERFERENCE] = interference * scale
+    breakdown[Part.COMM_INTERFERENCE] = interference * scale + paired
     breakdown.update(sim_parts)
     breakdown[Part.FRAMEWORK_OVERHEAD] = step_overhead_s
     # the re-split compute parts add up to the simulator's (up to rounding): the bubble is again the rest of the step

@@ -163,6 +163,8 @@ def _parts(
         Part.BACKWARD_COMPUTE: float(counts @ tables.backward_s),
         Part.RECOMPUTE: float(counts @ tables.recompute_s),
     }
+    if tables.interference_s is not None:  # the EP all-to-all hidden in F&B pairs slows their compute
+        breakdown[Part.COMM_INTERFERENCE] = float(counts @ tables.interference_s)
     kinds = tuple(tables.exposed_s)
     exposed_intra = {k: float(counts @ tables.exposed_s[k]) for k in kinds}
     for k in kinds:

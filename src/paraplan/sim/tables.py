@@ -38,6 +38,9 @@ class DurationTables:
     """[5, n_keys + 1]: `dur_s`, `fsdp_gather_s`, `fsdp_scatter_s`, `fsdp_units` and `fsdp_on_demand` (views of its
     rows) each with the entry the compiled loops append after the last key (0.0, 1.0 for the units); None where the
     tables were built apart."""
+    interference_s: np.ndarray | None = None
+    """[n_keys] compute the EP all-to-all hidden in each F&B pair adds to it (`PipelineCosts.pair_interference`);
+    None without pairs."""
 
 
 def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> DurationTables:
@@ -98,8 +101,10 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
     is_f = np.arange(n_base) % N_KINDS == F
     fwd[:n_base] = np.where(is_f, in_dur, 0.0)
     bwd[:n_base] = np.where(is_f, 0.0, in_dur - rec[:n_base])
-    _pair_entries(plan, dur, fwd, bwd, rec, gather, scatter, units, demand, exposed, hidden)
-    return DurationTables(dur, fwd, bwd, rec, exposed, hidden, gather, scatter, units, demand)
+    slowed = _pair_entries(
+        plan, costs.pair_interference, dur, fwd, bwd, rec, gather, scatter, units, demand, exposed, hidden
+    )
+    return DurationTables(dur, fwd, bwd, rec, exposed, hidden, gather, scatter, units, demand, interference_s=slowed)
 
 
 FIGURES = 8
@@ -165,6 +170,7 @@ _CONSTANTS = np.array([0.0, 1.0])
 
 def _pair_entries(
     plan: Plan,
+    interference: float,
     dur: np.ndarray,
     fwd: np.ndarray,
     bwd: np.ndarray,
@@ -175,11 +181,12 @@ def _pair_entries(
     demand: np.ndarray,
     exposed: dict[str, np.ndarray],
     hidden: dict[str, np.ndarray],
-) -> None:
+) -> np.ndarray | None:
     """The F&B pair keys, after the base keys: both parts at once, the EP all-to-all of each hidden behind
-    the other's compute."""
+    the other's compute, which it slows by `interference` per second hidden. Returns that slowdown by key (None
+    without pairs)."""
     if not plan.pair_keys:
-        return
+        return None
     pairs = np.array(plan.pair_keys, dtype=np.int64)
     key = plan.pp * plan.n_chunks * N_KINDS + np.arange(len(pairs))
     kf = (pairs[:, 0] * plan.n_chunks + pairs[:, 1]) * N_KINDS + F
@@ -187,7 +194,9 @@ def _pair_entries(
     ep_f, ep_b = exposed["ep"][kf], exposed["ep"][kb]
     # each one's all-to-all hides behind the other's compute only, not its own (the phase waits for it)
     overlapped = np.minimum(ep_f, dur[kb] - ep_b) + np.minimum(ep_b, dur[kf] - ep_f)
-    dur[key] = dur[kf] + dur[kb] - overlapped
+    slowed = np.zeros(len(dur))
+    slowed[key] = interference * overlapped
+    dur[key] = dur[kf] + dur[kb] - overlapped + slowed[key]
     fwd[key], bwd[key], rec[key] = fwd[kf], bwd[kb], rec[kb]
     gather[key], scatter[key] = gather[kf] + gather[kb], scatter[kf] + scatter[kb]
     demand[key] = np.maximum(demand[kf], demand[kb])
@@ -197,3 +206,4 @@ def _pair_entries(
         hidden[k][key] = hidden[k][kf] + hidden[k][kb]
     exposed["ep"][key] -= overlapped
     hidden["ep"][key] += overlapped
+    return slowed

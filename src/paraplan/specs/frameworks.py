@@ -248,6 +248,11 @@ class ModelRecipe:
     label: str  # shown with every setting a run takes from it
     settings: Mapping[str, object]
     source: str
+    gpus: frozenset[str] | None = None
+    """The GPU presets whose recipe of the model this is (None: the recipe of every GPU)."""
+
+    def holds_on(self, gpu: str) -> bool:
+        return self.gpus is None or gpu in self.gpus
 
 
 MODEL_RECIPES: tuple[ModelRecipe, ...] = (
@@ -270,12 +275,28 @@ MODEL_RECIPES: tuple[ModelRecipe, ...] = (
         "nemo-toolkit 2.5.0 nemo/collections/llm/recipes/deepseek_v3.py; megatron-bridge 0.3.1 "
         "recipes/deepseek/deepseek_v3.py",
     ),
+    ModelRecipe(
+        # the H100 recipe of Qwen3-235B-A22B (TP 2, PP 8, VPP 4, EP 32 over 4 nodes of 8: the only Qwen3 MoE recipe
+        # whose EP group crosses InfiniBand) keeps the alltoall dispatcher and hides its all-to-all behind another
+        # micro-batch's compute: `CommOverlapConfig(tp_comm_overlap=False, overlap_moe_expert_parallel_comm=True,
+        # delay_wgrad_compute=True)` in both its BF16 and FP8-CS variants. The same model's B200, B300, GB200 and
+        # GB300 recipes leave EP overlap off (EP inside the NVLink domain), as do the DeepSeek-V3, Kimi-K2 and
+        # GPT-OSS performance recipes but one, so it is no era default of MoE runs. megatron-core runs it from
+        # 0.14.0 (Oct 2025; transformer_config.py `overlap_moe_expert_parallel_comm`), before the 25.11 container.
+        "nemo-megatron",
+        "qwen3-235b-a22b",
+        "Megatron-Bridge Qwen3-235B-A22B H100 recipe",
+        MappingProxyType({"moe_ep_overlap": True}),
+        "megatron-bridge 0.6.2 perf_recipes/qwen/h100/qwen3_moe.py (qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config,"
+        " _fp8cs_config); perf_recipes/qwen/{b200,b300,gb200,gb300}/qwen3_moe.py",
+        gpus=frozenset({"h100-sxm5-80gb"}),
+    ),
 )
 
 
-def model_recipe(framework: str, model: str) -> ModelRecipe | None:
-    """`framework`'s recipe of model preset `model` (None when it has none recorded)."""
-    return next((r for r in MODEL_RECIPES if r.framework == framework and r.model == model), None)
+def model_recipe(framework: str, model: str, gpu: str = "") -> ModelRecipe | None:
+    """`framework`'s recipe of model preset `model` on GPU preset `gpu` (None when it has none recorded)."""
+    return next((r for r in MODEL_RECIPES if r.framework == framework and r.model == model and r.holds_on(gpu)), None)
 
 
 def eras_of(framework: str) -> list[DefaultsEra]:

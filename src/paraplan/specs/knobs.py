@@ -4,6 +4,7 @@ offload (`TrainingSpec` fields of the same names). Each rule is the framework's 
 from __future__ import annotations
 
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.schedule import SCHEDULES
 from paraplan.specs.training import CUDA_GRAPH_SCOPES, DDP_IMPLS, RECOMPUTE_METHODS, RECOMPUTE_MODULES, TrainingSpec
 
 MOE_MODULES = frozenset({"moe", "moe_act"})
@@ -84,6 +85,31 @@ def graph_and_offload_problems(model: ModelSpec, train: TrainingSpec) -> list[st
     return p
 
 
+def ep_overlap_problems(model: ModelSpec, train: TrainingSpec) -> list[str]:
+    """`moe_ep_overlap` (Megatron `--overlap-moe-expert-parallel-comm`): megatron-core 0.15.0
+    TransformerConfig.__post_init__ asserts expert parallelism, an alltoall/flex dispatcher (paraplan has no
+    other), no full recompute and no recompute layer count, at most one MTP layer, and a virtual pipeline when
+    pp > 1 (DualPipe(V) pair every forward with a backward by themselves)."""
+    if not train.moe_ep_overlap:
+        return []
+    p: list[str] = []
+    if not model.is_moe:
+        p.append(f"moe_ep_overlap needs an MoE model ({model.name} has no experts)")
+    elif train.ep < 2:
+        p.append(f"moe_ep_overlap needs expert parallelism: ep > 1 (got ep {train.ep}; Megatron rule)")
+    spec = SCHEDULES.get(train.pipeline_schedule)
+    if spec is not None and not spec.has_ep_overlap_pairs(train.pp):
+        p.append(
+            f"moe_ep_overlap with pp {train.pp} needs the interleaved schedule (a virtual pipeline) or DualPipe(V): "
+            f"{spec.label} has no forward/backward pairs to hide the all-to-all in (Megatron rule)"
+        )
+    if train.recompute_granularity == "full" or train.recompute_num_layers is not None:
+        p.append("moe_ep_overlap does not run with full recompute or recompute_num_layers (Megatron rule)")
+    if model.mtp_num_layers > 1:
+        p.append(f"moe_ep_overlap takes at most one MTP layer (got {model.mtp_num_layers}; Megatron rule)")
+    return p
+
+
 def bucket_problems(train: TrainingSpec) -> list[str]:
     """megatron-core DistributedDataParallelConfig.bucket_size: a positive parameter count, used by Megatron's own
     DDP (torch FSDP and ZeRO-3 shard per layer instead: they have no such bucket)."""
@@ -109,4 +135,5 @@ def knob_problems(model: ModelSpec, train: TrainingSpec) -> list[str]:
         + moe_capacity_problems(model, train)
         + graph_and_offload_problems(model, train)
         + bucket_problems(train)
+        + ep_overlap_problems(model, train)
     )

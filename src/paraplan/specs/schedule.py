@@ -89,6 +89,13 @@ class PipelineSchedule:
         """Its chunks per rank are the virtual pipeline size (vpp)."""
         return self.chunks is None
 
+    def has_ep_overlap_pairs(self, pp: int) -> bool:
+        """Whether `moe_ep_overlap` has F&B pairs of different micro-batches to hide the expert all-to-all in: any
+        schedule at pp = 1 (megatron-core 0.15.0 `combined_1f1b_schedule_for_no_pipelining`), the interleaved one
+        (steady-state F and B of different virtual stages), DualPipe(V)'s own pairs. 1F1B, ZB-H1 and ZB-V with
+        pp > 1 have none; Megatron refuses the overlap there (transformer_config.py `__post_init__`)."""
+        return pp == 1 or self.interleaves or self.pairs_forward_backward
+
     def chunks_per_rank(self, vpp: int) -> int:
         """Model chunks each rank holds: vpp for interleaved, the declared count otherwise."""
         return vpp if self.chunks is None else self.chunks

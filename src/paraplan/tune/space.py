@@ -191,6 +191,12 @@ def _searched_sharding(sharding: str, pp: int) -> bool:
     return sharding != "zero2" or pp == 1
 
 
+def _ep_overlap_applies(schedule: str, pp: int, ep: int) -> bool:
+    """The EP overlap is searched where Megatron runs it: expert parallelism and F&B pairs to hide it in
+    (`PipelineSchedule.has_ep_overlap_pairs`; the knob rule `specs.knobs.ep_overlap_problems`)."""
+    return ep > 1 and SCHEDULES[schedule].has_ep_overlap_pairs(pp)
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -316,7 +322,7 @@ class SearchSpace:
             overlap_param_gather=c.overlap_param_gather and c.sharding in ("dist_opt", "zero2"),
             overlap_grad_reduce=c.overlap_grad_reduce and c.sharding != "fsdp" and c.dp * c.cp > 1,
             tp_comm_overlap=c.tp_comm_overlap and c.tp > 1 and c.sp,
-            ep_overlap=c.ep_overlap and c.ep > 1,
+            ep_overlap=c.ep_overlap and _ep_overlap_applies(c.schedule, c.pp, c.ep),
             etp=c.etp if self.problem.model.is_moe else c.tp,
         )
 
@@ -343,7 +349,7 @@ class SearchSpace:
         """len(list(structures())) without building them (to choose between enumerating and sampling)."""
         model, gbs = self.problem.model, self.problem.gbs
         pps = self.pp_values()
-        shapes = {p: len(self._pipeline_shapes(p)) for p in pps}
+        shapes = {p: self._pipeline_shapes(p) for p in pps}
         total = 0
         for num_gpus in self.problem.gpu_counts:
             for _precision in self.precision_values():
@@ -357,8 +363,8 @@ class SearchSpace:
                                 if gbs % (mbs * dp) or not self.limits.allows("dp", dp):
                                     continue
                                 per_shape = 0
-                                for ep, etp, sharding in itertools.product(
-                                    self.ep_values(), self.etp_values(tp), self.sharding_values()
+                                for (schedule, _), ep, etp, sharding in itertools.product(
+                                    shapes[pp], self.ep_values(), self.etp_values(tp), self.sharding_values()
                                 ):
                                     if model.is_moe and (tp * cp * dp) % (etp * ep):
                                         continue
@@ -370,9 +376,9 @@ class SearchSpace:
                                             self.flag_values("overlap_param_gather", sharding in ("dist_opt", "zero2"))
                                         )
                                         * len(self.flag_values("tp_comm_overlap", tp > 1 and sp))
-                                        * len(self.flag_values("ep_overlap", ep > 1))
+                                        * len(self.flag_values("ep_overlap", _ep_overlap_applies(schedule, pp, ep)))
                                     )
-                                total += shapes[pp] * per_shape
+                                total += per_shape
         return total * len(self.knob_combinations())
 
     def _rest(self, num_gpus, precision, tp, cp, sp, mbs, pp, shapes, model) -> Iterator[Candidate]:  # noqa: ANN001
@@ -388,7 +394,7 @@ class SearchSpace:
                 self.flag_values("overlap_grad_reduce", sharding != "fsdp" and dp * cp > 1),
                 self.flag_values("overlap_param_gather", sharding in ("dist_opt", "zero2")),
                 self.flag_values("tp_comm_overlap", tp > 1 and sp),
-                self.flag_values("ep_overlap", ep > 1),
+                self.flag_values("ep_overlap", _ep_overlap_applies(schedule, pp, ep)),
             ):
                 base = Candidate.of(
                     num_gpus=num_gpus,
@@ -419,7 +425,7 @@ class SearchSpace:
 
     def recompute_options(self, base: Candidate) -> list[tuple[str, int | None]]:
         """Recompute variants of a group, cheapest in time first: none, selective, full:1, full:2, full:4, ...,
-        full (every layer)."""
+        full (every layer); none and selective alone with the EP overlap."""
         allowed = self.limits.allowed.get("recompute")
         per_chunk = self.layers_per_chunk(base)
         options: list[tuple[str, int | None]] = [("none", None), ("selective", None)]
@@ -431,6 +437,8 @@ class SearchSpace:
                 for o in allowed
                 if isinstance(o, tuple) and o not in options and o[1] is not None and o[1] < per_chunk
             ]
+        if base.ep_overlap:  # Megatron runs the EP overlap without full recompute (`specs.knobs.ep_overlap_problems`)
+            options = [o for o in options if o[0] != "full"]
         return options
 
     def recompute_chain(self, base: Candidate) -> list[Candidate]:

@@ -18,7 +18,15 @@ from datetime import date
 from pathlib import Path
 
 from paraplan.errors import ConfigError
-from paraplan.specs.frameworks import defaults_on, eras_of, framework_family, model_recipe, resolve_rule
+from paraplan.specs.frameworks import (
+    ModelRecipe,
+    defaults_on,
+    eras_of,
+    framework_family,
+    model_recipe,
+    resolve_rule,
+)
+from paraplan.specs.knobs import knob_problems
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.presets import model_names, model_preset, system_preset, variant_on
 from paraplan.specs.schedule import megatron_schedule
@@ -443,16 +451,14 @@ def run_from_row(row: dict[str, str], framework_version: date | None = None) -> 
             used.append(Assumption("expert_tensor_parallel_size", str(etp), _GRID_WHY.format(tp=tp)))
     chunks = vpp if vpp > 1 else 1
     recipe_model = (row.get("model_preset") or "").strip() if framework == "nemo-megatron" else ""
-    recipe = model_recipe(framework, recipe_model) if recipe_model else None
-    for key, value in (recipe.settings if recipe else {}).items():  # the model's recipe, where the row is silent
-        if key not in values:
-            values[key] = value
-            used.append(Assumption(key, str(value), recipe.label))  # type: ignore[union-attr]
+    recipe = model_recipe(framework, recipe_model, gpu) if recipe_model else None
     split = _pipeline_split(model, pp, chunks, recipe_model)
     if split:
         used.append(Assumption("pipeline split", " + ".join(split)))
     values.update(split)
     train = TrainingSpec().with_values(**values)
+    if recipe is not None:
+        train = _with_recipe(model, train, recipe, values, used)
     return MeasuredRun(
         id=row["id"],
         source=row["source"],
@@ -464,6 +470,24 @@ def run_from_row(row: dict[str, str], framework_version: date | None = None) -> 
         group=(row["model"], gpu, num_gpus),
         defaults_used=tuple(used),
     )
+
+
+def _with_recipe(
+    model: ModelSpec, train: TrainingSpec, recipe: ModelRecipe, values: dict[str, object], used: list[Assumption]
+) -> TrainingSpec:
+    """`train` with the model's recipe (`specs.frameworks.MODEL_RECIPES`) where the row is silent, unless the
+    framework's own rules refuse it on the row's layout (the recipe was written for another one: e.g. EP overlap
+    with pp > 1 and no virtual pipeline); the assumptions say which."""
+    taken = {key: value for key, value in recipe.settings.items() if key not in values}
+    if not taken:
+        return train
+    with_recipe = train.with_values(**taken)
+    refused = set(knob_problems(model, with_recipe)) - set(knob_problems(model, train))
+    if refused:
+        used.append(Assumption(f"{recipe.label} not taken", "", "; ".join(sorted(refused))))
+        return train
+    used.extend(Assumption(key, str(value), recipe.label) for key, value in taken.items())
+    return with_recipe
 
 
 _GRID_WHY = (

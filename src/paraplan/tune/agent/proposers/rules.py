@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from paraplan.memory.model import GIB
 from paraplan.projection import dp_bucket_count, stage_costs
 from paraplan.sim.breakdown import BreakdownPart as P
+from paraplan.specs.knobs import ep_overlap_problems
 from paraplan.specs.schedule import SCHEDULES, megatron_schedule
 from paraplan.specs.training import TrainingSpec
 from paraplan.tune.agent.diagnosis import Diagnosis
@@ -746,7 +747,11 @@ def moe_dispatch(d: Diagnosis) -> Proposals:
         return []
     head = f"the expert all-to-all is exposed for {_pct(share)} of the step at ep={t.ep}; "
     out: list[tuple[str, dict[str, object]]] = []
-    if not t.moe_ep_overlap and t.framework in MEGATRON_FAMILY:
+    if (
+        not t.moe_ep_overlap
+        and t.framework in MEGATRON_FAMILY
+        and not ep_overlap_problems(d.model, t.with_values(moe_ep_overlap=True))
+    ):
         out.append(
             (head + "overlapping it with another micro-batch's compute should hide it", {"moe_ep_overlap": True})
         )
