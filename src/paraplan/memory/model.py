@@ -515,18 +515,19 @@ def _ranks_states(
     """Each rank's `RankStates`, from `states_cache` where it holds them (filled in here)."""
     cache: RankStatesCache = {} if states_cache is None else states_cache
     gathered: float | None = None  # looked up once, when a rank's states are not cached
-    by_stages: dict[tuple[int, ...], RankStates] = {}  # ranks holding the same footprint objects: the same states
+    by_stages: dict[tuple[int, ...], RankStates] = {}  # ranks of several chunks holding the same footprint objects
     out = []
     for row in holder:
-        held = tuple(id(stages[i]) for i in row)  # `stages` holds them for the call
-        found = by_stages.get(held)
-        if found is not None:
-            out.append(found)
-            continue
+        held: tuple[int, ...] = ()
         if len(row) == 1:  # one stage: its figures as they are (a sum of one is that one, to the bit)
             one = stages[row[0]]
             dense, expert, edge, logits = one.dense_params, one.expert_params, one.edge_params, one.loss_logits
         else:  # the sums and the max of `sum()` and `max()` over the row, in one pass (0 + x is x, to the bit)
+            held = tuple([id(stages[i]) for i in row])  # `stages` holds them for the call
+            found = by_stages.get(held)
+            if found is not None:
+                out.append(found)
+                continue
             dense = expert = edge = 0
             logits: float | None = None
             for i in row:
@@ -544,7 +545,8 @@ def _ranks_states(
             if gathered is None:
                 gathered = _gathered_params(model, shard, train, max_layer_params)
             rank = cache[key] = _rank_states(train, dense, expert, edge, logits, max_layer_params, gathered)
-        by_stages[held] = rank
+        if held:
+            by_stages[held] = rank
         out.append(rank)
     return out
 
