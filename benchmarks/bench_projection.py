@@ -115,6 +115,30 @@ function. Measured 16:42 (load average 1.4-1.7), --repeat 3 --rounds 3 --identic
   llama3.1-405b, cold, schedules kept:     2.283 ms, baseline 2.388 ms: 1.05x
   llama3.1-405b, warm:                     0.990 ms, baseline 1.064 ms: 1.08x
 
+Fewer calls per projection (issue 35, branch speed7, 2026-12-06; every public.csv projection identical to main
+55f0922's by --identical, 3,654 compared; tests/golden, sim, cost, tune, specs, core pass). `--profile` (new: the
+cold projections under cProfile, by phase) before, main 55f0922, shares of project_specs (1.88 s profiled, 151 rows
+x 3): stage and block costs 46.6% (a block's operators 8.5%, its phases timed per op 15.8%, block_cost 6.5%), the
+simulation 31.4% (plan 12.1%, timeline 8.3%, tables 4.9%, summary 4.3%), model FLOPs 4.6%, layouts 4.0%, memory
+3.2%, calibration 1.9%, validator 1.5%. What changed: `Op` and its shapes take `fastinit` (a block's operators built
+about 25% faster); a ModelSpec's hash is computed once (`specs.model._HASHES`: the core's caches look the model up
+tens of times per projection, 1.4 us each); the wave efficiency inline in `gemm_efficiency`; `_own_copy` without
+`dataclasses.replace`; no weight-cast call without low-precision GEMMs; the optimizer step once per distinct rank;
+alike ranks' memory parts built and added once (`pipeline_memory`, the peak found in the same pass); the duration
+tables' rows once per ChunkCost object; `check_costs` once per chunk object. After (the same run, 1.72 s profiled):
+stage and block costs 44.4% (operators 8.3%, phases 16.5%, block_cost 4.9%), simulation 33.2%, model FLOPs 4.6%,
+layouts 4.0%, memory 3.8%. Measured 00:34 (load average 1.6-1.9: another process held one of the 2 cores),
+--baseline-ref main --repeat 5, medians, vs 55f0922:
+  public rows (151), cold:                 1.491 ms, baseline 1.652 ms: 1.11x  (target 10x: not met)
+  public rows, cold, schedules kept:       1.276 ms, baseline 1.453 ms: 1.14x
+  llama3.1-405b, cold:                     2.925 ms, baseline 3.192 ms: 1.09x (target <= 5 ms: met)
+  llama3.1-405b, cold, schedules kept:     2.059 ms, baseline 2.275 ms: 1.10x
+  llama3.1-405b, warm:                     0.935 ms, baseline 0.996 ms: 1.07x
+What is left is as flat as before: no phase but the blocks' per-op timing (16%) and the plan (12%, most of it the
+large interleaved rows) holds more than a tenth; the 10x needs the per-op Python gone (a block's ops costed as
+arrays by one compiled call, the slowest-chip and typical contexts in one pass) and the plan, tables, timeline and
+summary fused into one compiled call.
+
 `--identical` also compares every projection of public.csv (all sources, analytic and with the shipped fitted
 profiles: the whole Projection's repr) with the baseline's: all 3,654 identical (1,829 rows, 4 unread in both)
 against 5a72f49, main under this work (against an older ref, figures that work merged since changed show too).
