@@ -778,7 +778,8 @@ def _buckets_per_chunk(train: TrainingSpec, stage_costs: Sequence[tuple[ChunkCos
     size = train.effective_ddp_bucket_size
     if size is None:
         return DEFAULT_DP_BUCKETS_PER_CHUNK
-    counts = [dp_bucket_count(dense, size) + dp_bucket_count(expert, size) for _, _, dense, expert in stage_costs]
+    distinct = {id(cost): cost for cost in stage_costs}.values()  # alike stages share their cost tuple
+    counts = [dp_bucket_count(dense, size) + dp_bucket_count(expert, size) for _, _, dense, expert in distinct]
     return max(1, *counts)
 
 
