@@ -134,6 +134,10 @@ layouts 4.0%, memory 3.8%. Measured 00:34 (load average 1.6-1.9: another process
   llama3.1-405b, cold:                     2.925 ms, baseline 3.192 ms: 1.09x (target <= 5 ms: met)
   llama3.1-405b, cold, schedules kept:     2.059 ms, baseline 2.275 ms: 1.10x
   llama3.1-405b, warm:                     0.935 ms, baseline 0.996 ms: 1.07x
+After the shipped table's calibration built once per GPU and framework, gradient buckets counted once per distinct
+stage and the last peaks kept on the plan, 00:43 (load average 1.6-1.9), --repeat 5, vs 55f0922: public cold 1.602 ms
+(1.741, 1.09x), schedules kept 1.301 (1.562, 1.20x); 405b cold 3.299 ms (3.630, 1.10x), kept 2.035 (2.413, 1.19x),
+warm 0.843 (1.041, 1.23x); every public.csv projection identical.
 What is left is as flat as before: no phase but the blocks' per-op timing (16%) and the plan (12%, most of it the
 large interleaved rows) holds more than a tenth; the 10x needs the per-op Python gone (a block's ops costed as
 arrays by one compiled call, the slowest-chip and typical contexts in one pass) and the plan, tables, timeline and

@@ -161,7 +161,11 @@ alone earlier): the projection 48.3% (simulation 21.5%, stage and block costs 13
 process held one of the 2 cores), by CPU: 2 workers analytic 1,950/s -> 2,065/s (1.06x), fitted 1,404/s -> 1,430/s
 (1.02x); serial analytic 1,152/s -> 1,220/s (1.06x), fitted 944/s -> 945/s (1.00x; an earlier run 720 -> 874/s: the
 fitted search projects 946 candidates in about a second, within this machine's noise). The 3,000/s and 2,000/s
-targets are not met. Tried and dropped: sharing a structure's memory with the structures that differ only in flags the
+targets are not met. After the calibration built once per GPU and framework, gradient buckets once per distinct stage
+and the last peaks kept on the plan (the filter's, asked again by the projection), --versus main --repeat 3 at 00:44-
+00:46 (load average 1.9-2.5), by CPU: 2 workers analytic 1,854/s -> 2,120/s (1.14x), fitted 1,267/s -> 1,515/s
+(1.20x); serial analytic 1,132/s -> 1,253/s (1.11x), fitted 880/s -> 960/s (1.09x); every result identical
+(`--identical main`). Tried and dropped: sharing a structure's memory with the structures that differ only in flags the
 memory model never reads (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap): the default space searches
 only ep_overlap, which the plan reads, so no structure shared (0 hits in 6,924). What is left is flat (no function
 above 3% of its own); the fitted search spends ~15% building plans (219 for 946 projections; DualPipe's in Python).
