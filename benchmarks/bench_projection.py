@@ -115,11 +115,39 @@ function. Measured 16:42 (load average 1.4-1.7), --repeat 3 --rounds 3 --identic
   llama3.1-405b, cold, schedules kept:     2.283 ms, baseline 2.388 ms: 1.05x
   llama3.1-405b, warm:                     0.990 ms, baseline 1.064 ms: 1.08x
 
+Fewer calls per projection (issue 35, branch speed7, 2026-12-06; every public.csv projection identical to main
+55f0922's by --identical, 3,654 compared; tests/golden, sim, cost, tune, specs, core pass). `--profile` (new: the
+cold projections under cProfile, by phase) before, main 55f0922, shares of project_specs (1.88 s profiled, 151 rows
+x 3): stage and block costs 46.6% (a block's operators 8.5%, its phases timed per op 15.8%, block_cost 6.5%), the
+simulation 31.4% (plan 12.1%, timeline 8.3%, tables 4.9%, summary 4.3%), model FLOPs 4.6%, layouts 4.0%, memory
+3.2%, calibration 1.9%, validator 1.5%. What changed: `Op` and its shapes take `fastinit` (a block's operators built
+about 25% faster); a ModelSpec's hash is computed once (`specs.model._HASHES`: the core's caches look the model up
+tens of times per projection, 1.4 us each); the wave efficiency inline in `gemm_efficiency`; `_own_copy` without
+`dataclasses.replace`; no weight-cast call without low-precision GEMMs; the optimizer step once per distinct rank;
+alike ranks' memory parts built and added once (`pipeline_memory`, the peak found in the same pass); the duration
+tables' rows once per ChunkCost object; `check_costs` once per chunk object. After (the same run, 1.72 s profiled):
+stage and block costs 44.4% (operators 8.3%, phases 16.5%, block_cost 4.9%), simulation 33.2%, model FLOPs 4.6%,
+layouts 4.0%, memory 3.8%. Measured 00:34 (load average 1.6-1.9: another process held one of the 2 cores),
+--baseline-ref main --repeat 5, medians, vs 55f0922:
+  public rows (151), cold:                 1.491 ms, baseline 1.652 ms: 1.11x  (target 10x: not met)
+  public rows, cold, schedules kept:       1.276 ms, baseline 1.453 ms: 1.14x
+  llama3.1-405b, cold:                     2.925 ms, baseline 3.192 ms: 1.09x (target <= 5 ms: met)
+  llama3.1-405b, cold, schedules kept:     2.059 ms, baseline 2.275 ms: 1.10x
+  llama3.1-405b, warm:                     0.935 ms, baseline 0.996 ms: 1.07x
+After the shipped table's calibration built once per GPU and framework, gradient buckets counted once per distinct
+stage and the last peaks kept on the plan, 00:43 (load average 1.6-1.9), --repeat 5, vs 55f0922: public cold 1.602 ms
+(1.741, 1.09x), schedules kept 1.301 (1.562, 1.20x); 405b cold 3.299 ms (3.630, 1.10x), kept 2.035 (2.413, 1.19x),
+warm 0.843 (1.041, 1.23x); every public.csv projection identical.
+What is left is as flat as before: no phase but the blocks' per-op timing (16%) and the plan (12%, most of it the
+large interleaved rows) holds more than a tenth; the 10x needs the per-op Python gone (a block's ops costed as
+arrays by one compiled call, the slowest-chip and typical contexts in one pass) and the plan, tables, timeline and
+summary fused into one compiled call.
+
 `--identical` also compares every projection of public.csv (all sources, analytic and with the shipped fitted
 profiles: the whole Projection's repr) with the baseline's: all 3,654 identical (1,829 rows, 4 unread in both)
 against 5a72f49, main under this work (against an older ref, figures that work merged since changed show too).
 
-Run: python benchmarks/bench_projection.py [--repeat N] [--baseline-ref REF] [--no-baseline] [--identical]
+Run: python benchmarks/bench_projection.py [--repeat N] [--baseline-ref REF] [--no-baseline] [--identical] [--profile]
 """
 
 from __future__ import annotations
@@ -136,6 +164,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from baseline_checkout import BASELINE_REF, REPO, baseline_src
+from profile_phases import Phase, print_phases
 
 PUBLIC_SOURCES = ("Narayanan2021_SC21", "Korthikanti2022", "MegatronLM_README_2020", "vTrain_MICRO24_multi")
 PUBLIC_CSV = Path(os.environ.get("PARAPLAN_SHARED", REPO.parent / "shared")) / "data" / "measured" / "public.csv"
@@ -210,6 +239,60 @@ def measure(rounds: int) -> dict[str, float]:
     return out
 
 
+# phases of a cold projection: (label, [(file suffix, function), ...]) whose cumulative CPU times add up
+PHASES: tuple[Phase, ...] = (
+    ("projection (project_specs)", (("paraplan/projection.py", "project_specs"),)),
+    ("  stage and block costs (_stage_sums_of, _chunk_cost)", (("paraplan/projection.py", "_stage_sums_of"),
+                                                               ("paraplan/projection.py", "_chunk_cost"))),
+    ("    a block's operators, forward and backward (block_ops_of)", (("paraplan/projection.py", "block_ops_of"),)),
+    ("    a block's phases timed per op (block_phases)", (("paraplan/cost/block.py", "block_phases"),)),
+    ("    a block per recompute mode (block_cost)", (("paraplan/cost/block.py", "block_cost"),)),
+    ("  pipeline simulation (sim.pipeline.play_pipeline)", (("paraplan/sim/pipeline.py", "play_pipeline"),)),
+    ("    the schedule's plan (sim.plan.build_plan)", (("paraplan/sim/plan.py", "build_plan"),)),
+    ("    duration tables (sim.tables.build_tables)", (("paraplan/sim/tables.py", "build_tables"),)),
+    ("    timeline (sim.engine.fast_timeline)", (("paraplan/sim/engine.py", "fast_timeline"),)),
+    ("    summary (sim.summary.summarize)", (("paraplan/sim/summary.py", "summarize"),)),
+    ("  memory per rank (stage_footprints, pipeline_memory)", (("paraplan/projection.py", "stage_footprints"),
+                                                              ("paraplan/memory/model.py", "pipeline_memory"))),
+    ("  layouts (_layout_parts)", (("paraplan/projection.py", "_layout_parts"),)),
+    ("  model FLOPs (model_flops_per_sequence)", (("paraplan/projection.py", "model_flops_per_sequence"),)),
+    ("  validator (specs.validate.check)", (("paraplan/specs/validate.py", "check"),)),
+    ("  calibration (calibration_for, at_scale)", (("paraplan/cost/calibration.py", "calibration_for"),
+                                                   ("paraplan/cost/calibration.py", "at_scale"))),
+)  # fmt: skip
+
+
+def profile_cold(rounds: int) -> None:
+    """The public rows' cold projections (`measure`'s) under cProfile: the CPU share of each phase, and the top
+    functions."""
+    import cProfile
+    import pstats
+
+    from paraplan.projection import project_specs
+    from paraplan.sim import loops_jit
+    from paraplan.validate.measured import read_rows, run_from_row
+
+    if loops_jit.available():
+        loops_jit.warm_up()
+    runs = [run_from_row(row) for row in read_rows(PUBLIC_CSV) if row["source"].startswith(PUBLIC_SOURCES)]
+    for m in runs:  # imports, presets and files loaded once
+        project_specs(m.model, m.system, m.train)
+    caches = _caches(FILE_CACHES | CONSTANT_CACHES)
+    profiler = cProfile.Profile()
+    for _ in range(rounds):
+        for m in runs:
+            for cache in caches:
+                cache.cache_clear()
+            profiler.enable()
+            project_specs(m.model, m.system, m.train)
+            profiler.disable()
+    stats = pstats.Stats(profiler)
+    total = sum(tt for _, _, tt, _, _ in stats.stats.values())  # type: ignore[attr-defined]
+    print(f"\n== profile: {len(runs)} public rows x {rounds} cold projections, {total:.2f} s profiled; shares of "
+          "project_specs ==")  # fmt: skip
+    print_phases(stats, PHASES, of_first=True)
+
+
 def digests() -> dict[str, str]:
     """Per row of public.csv (every source), the SHA-256 of the whole projection's repr (step time, breakdown,
     memory, FLOPs ...), analytic and with the shipped fitted profile of the row's GPU (where one ships)."""
@@ -262,6 +345,7 @@ def main() -> None:
     parser.add_argument("--baseline-ref", default=BASELINE_REF, help="git commit of the baseline")
     parser.add_argument("--no-baseline", action="store_true", help="this checkout only")
     parser.add_argument("--identical", action="store_true", help="also compare every public.csv projection")
+    parser.add_argument("--profile", action="store_true", help="profile the cold projections (cProfile), by phase")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # a subprocess: write the figures (JSON) here
     parser.add_argument("--digests", help=argparse.SUPPRESS)  # a subprocess: write `digests()` (JSON) here
     args = parser.parse_args()
@@ -270,6 +354,9 @@ def main() -> None:
         return
     if args.digests:
         Path(args.digests).write_text(json.dumps(digests()))
+        return
+    if args.profile:
+        profile_cold(args.rounds)
         return
     print(f"CPUs: {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}", flush=True)
     current: list[dict[str, float]] = []

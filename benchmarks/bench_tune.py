@@ -146,6 +146,30 @@ brings its candidate's TrainingSpec back: ~9 us less each, about 1%) and this ma
 3,000/s and 2,000/s targets are not met: what is left is spread over the candidate's Python (no function holds more
 than 3%); batching a structure's variants or sharing cold costs across workers is what would move it.
 
+Fewer calls per candidate (issue 35, branch speed7, 2026-12-06; every tuner result identical to main 55f0922 by
+`--identical main`: counts, top five and every evaluation, analytic and fitted, 1 and 2 workers; 3,654 public
+projections identical). --profile before (55f0922, 11.8 s profiled): the projection 49.2% (simulation 20.4%, stage
+and block costs 13.8%, memory per rank 11.6%, validator 2.1%), the memory filter 26.7%, candidates 7.3%. What changed
+besides the cold-path changes (`bench_projection.py`): `pipeline_memory` builds and adds up the parts of alike ranks
+once and finds the peak in the same pass (`MemoryResult.peak` was a max over ranks summing every rank's parts), the
+filter's floors once per RankStates, ranks of several chunks holding the same footprints share their states without
+summing again; `layout_problems` keeps its last answer for the same spec objects (the tuner screens a structure's
+spec, then projects that very spec: 14,172 -> 10,278 runs of the validator); the optimizer step once per distinct
+rank; `optimizer_per_rank_s` without a union type built per call. --profile after (the same minutes, 11.2 s; 10.2 s
+alone earlier): the projection 48.3% (simulation 21.5%, stage and block costs 13.2%, memory per rank 9.9%, validator
+0.9%), the memory filter 24.9%, candidates 8.0%. --versus main --repeat 3 (00:35-00:37, load average 1.9-2.6: another
+process held one of the 2 cores), by CPU: 2 workers analytic 1,950/s -> 2,065/s (1.06x), fitted 1,404/s -> 1,430/s
+(1.02x); serial analytic 1,152/s -> 1,220/s (1.06x), fitted 944/s -> 945/s (1.00x; an earlier run 720 -> 874/s: the
+fitted search projects 946 candidates in about a second, within this machine's noise). The 3,000/s and 2,000/s
+targets are not met. After the calibration built once per GPU and framework, gradient buckets once per distinct stage
+and the last peaks kept on the plan (the filter's, asked again by the projection), --versus main --repeat 3 at 00:44-
+00:46 (load average 1.9-2.5), by CPU: 2 workers analytic 1,854/s -> 2,120/s (1.14x), fitted 1,267/s -> 1,515/s
+(1.20x); serial analytic 1,132/s -> 1,253/s (1.11x), fitted 880/s -> 960/s (1.09x); every result identical
+(`--identical main`). Tried and dropped: sharing a structure's memory with the structures that differ only in flags the
+memory model never reads (overlap_grad_reduce, overlap_param_gather, tp_comm_overlap): the default space searches
+only ep_overlap, which the plan reads, so no structure shared (0 hits in 6,924). What is left is flat (no function
+above 3% of its own); the fitted search spends ~15% building plans (219 for 946 projections; DualPipe's in Python).
+
 `--identical REF` runs the BF16 search, analytic and fitted, serial and with the pool (--workers, default the CPU
 count), with the code at REF and with this checkout (subprocesses), and compares every result: the counts
 (evaluated, illegal, memory-rejected, dominated, failed), the top five and every evaluation's repr (its figures to
@@ -167,6 +191,7 @@ import tempfile
 import time
 
 from baseline_checkout import BASELINE_REF
+from profile_phases import print_phases
 
 from paraplan.projection import project_specs
 from paraplan.sim import loops_jit
@@ -292,14 +317,7 @@ def profile_search() -> None:
     stats = pstats.Stats(profiler)
     total = sum(tt for _, _, tt, _, _ in stats.stats.values())  # type: ignore[attr-defined]
     print(f"\n== profile: the BF16 search in one process, {result.evaluated:,} projected, {total:.1f} s profiled ==")
-    for label, keys in PHASES:
-        cum = sum(
-            ct
-            for (file, _, name), (_, _, _, ct, _) in stats.stats.items()  # type: ignore[attr-defined]
-            if any(file.endswith(suffix) and name == fn for suffix, fn in keys)
-        )
-        print(f"{label:<56} {cum:7.1f} s  {cum / total:6.1%}")
-    stats.sort_stats("tottime").print_stats(12)
+    print_phases(stats, PHASES)
 
 
 def fitted_problem() -> TuneProblem:

@@ -128,6 +128,8 @@ def _weight_casts_s(total: _StageSums, train: TrainingSpec, system: SystemSpec, 
     """A micro-batch's share of the stage's weight casts: megatron-core casts once per step and Transformer Engine
     keeps the casts for the step's other micro-batches (`cost.quantize.WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS`);
     other frameworks cast in every forward."""
+    if total.quantized_weights <= 0:  # no low-precision GEMM: no cast (`weight_quantize_s` is 0.0, and so its share)
+        return 0.0
     once = weight_quantize_s(train.precision, total.quantized_weights, system.gpu, cal)
     if train.framework in WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS:
         return once / train.num_microbatches
@@ -713,9 +715,13 @@ def project_specs(
         else 0.0
     )
     edp = expert_dp(train)
-    optimizer_s = [
-        _optimizer_time(rank_dense_params[r], rank_expert_params[r], train, edp, system, cal) for r in range(train.pp)
-    ]
+    optimizer_by_params: dict[tuple[float, float], float] = {}  # ranks with the same parameters: timed once
+    optimizer_s = []
+    for params in zip(rank_dense_params, rank_expert_params, strict=True):
+        seconds = optimizer_by_params.get(params)
+        if seconds is None:
+            seconds = optimizer_by_params[params] = _optimizer_time(*params, train, edp, system, cal)
+        optimizer_s.append(seconds)
     pipeline = play_pipeline(
         PipelineCosts(
             schedule=train.pipeline_schedule,
@@ -772,7 +778,8 @@ def _buckets_per_chunk(train: TrainingSpec, stage_costs: Sequence[tuple[ChunkCos
     size = train.effective_ddp_bucket_size
     if size is None:
         return DEFAULT_DP_BUCKETS_PER_CHUNK
-    counts = [dp_bucket_count(dense, size) + dp_bucket_count(expert, size) for _, _, dense, expert in stage_costs]
+    distinct = {id(cost): cost for cost in stage_costs}.values()  # alike stages share their cost tuple
+    counts = [dp_bucket_count(dense, size) + dp_bucket_count(expert, size) for _, _, dense, expert in distinct]
     return max(1, *counts)
 
 

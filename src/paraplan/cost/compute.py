@@ -46,7 +46,13 @@ WEIGHT_GEMM_BACKWARD_SPEEDUP = 1.07
 _ATTN_SEQ_HALF = 384.0
 
 
-def _wave_efficiency(shape: GemmShape, gpu: GpuSpec) -> float:
+_K_REF_FACTOR = _K_REF / (_K_REF + _K_HALF)
+
+
+def gemm_efficiency(shape: GemmShape, gpu: GpuSpec, precision: str, cal: Calibration) -> float:
+    # No published NVFP4 GEMM efficiency relative to its peak was found: FP4 GEMMs take the fitted FP8 one.
+    base = cal.fp8_gemm_efficiency if precision in FP8 or precision in FP4 else cal.gemm_efficiency
+    # wave quantisation: the last wave of output tiles leaves SMs idle (inline: called for every GEMM op)
     tile_m, tile_n = _TILE_BIG if gpu.sm_count >= 132 else _TILE_SMALL
     m, n, sm_count = shape.m, shape.n, gpu.sm_count
     tiles_m, tiles_n = math.ceil(m / tile_m), math.ceil(n / tile_n)
@@ -55,14 +61,8 @@ def _wave_efficiency(shape: GemmShape, gpu: GpuSpec) -> float:
     fill = tiles / (waves * sm_count)
     # Padding waste inside tiles for dims that are not tile multiples.
     pad = (m / (tiles_m * tile_m)) * (n / (tiles_n * tile_n))
-    return fill * (0.5 + 0.5 * pad)
-
-
-def gemm_efficiency(shape: GemmShape, gpu: GpuSpec, precision: str, cal: Calibration) -> float:
-    # No published NVFP4 GEMM efficiency relative to its peak was found: FP4 GEMMs take the fitted FP8 one.
-    base = cal.fp8_gemm_efficiency if precision in FP8 | FP4 else cal.gemm_efficiency
     k_factor = shape.k / (shape.k + _K_HALF)
-    return base * _wave_efficiency(shape, gpu) * k_factor / (_K_REF / (_K_REF + _K_HALF))
+    return base * (fill * (0.5 + 0.5 * pad)) * k_factor / _K_REF_FACTOR
 
 
 def any_layout_fp8(gpu: GpuSpec) -> bool:
@@ -102,7 +102,9 @@ def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     assert shape is not None
     precision = op.precision
     peak = gpu.peak_flops(precision)
-    eff = max(gemm_efficiency(shape, gpu, precision, cal), 0.02)
+    eff = gemm_efficiency(shape, gpu, precision, cal)
+    if eff < 0.02:  # max(eff, 0.02)
+        eff = 0.02
     if op.phase is not Phase.FORWARD and not is_weightless_gemm(op):
         eff = min(eff * WEIGHT_GEMM_BACKWARD_SPEEDUP, 0.98)
     recipe = recipe_of(precision)

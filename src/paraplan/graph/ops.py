@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from paraplan.fastinit import fastinit
+
 
 class OpKind(StrEnum):
     GEMM = "gemm"  # dense matmul [m, k] x [k, n]; `count` independent copies (grouped experts)
@@ -44,6 +46,7 @@ class CommAxis(StrEnum):
     DP = "dp"
 
 
+@fastinit  # built per block shape (issue 35)
 @dataclass(frozen=True, slots=True)
 class GemmShape:
     m: int
@@ -52,6 +55,7 @@ class GemmShape:
     count: int = 1  # independent GEMMs of this shape (experts on this rank)
 
 
+@fastinit  # built per block shape (issue 35)
 @dataclass(frozen=True, slots=True)
 class AttentionShape:
     batch: int
@@ -64,6 +68,7 @@ class AttentionShape:
     causal: bool = True
 
 
+@fastinit  # built per block shape (issue 35)
 @dataclass(frozen=True, slots=True)
 class ScanShape:
     """A chunked scan over the whole sequence (Dao & Gu 2024, "Transformers are SSMs", section 6): per head a
@@ -77,6 +82,7 @@ class ScanShape:
     chunk: int  # Q: chunk length of the chunked algorithm
 
 
+@fastinit  # built per block shape (issue 35)
 @dataclass(frozen=True, slots=True)
 class CommShape:
     kind: CommKind
@@ -88,6 +94,7 @@ class CommShape:
     flex dispatcher); `bytes` still counts one copy per chosen expert. None: a plain all-to-all."""
 
 
+@fastinit  # built per block shape (issue 35)
 @dataclass(frozen=True, slots=True)
 class Op:
     """One operator of one micro-batch on one GPU, in one phase.

@@ -463,6 +463,11 @@ def pipeline_memory(
     comm_buffers = comm_buffer_bytes(model, shard, train)
     fragmentation = fragmentation_share(train)
     ranks = []
+    # ranks with the same states and the same activations have the same parts: built and added up once (a pipeline's
+    # middle ranks are alike); the peak is the first rank of the largest total, as `MemoryResult.peak` finds it
+    alike: dict[tuple[int, float, float], tuple[dict[str, float], float]] = {}
+    peak: RankMemory | None = None
+    peak_total = 0.0
     for r, (row, rank) in enumerate(
         zip(holder, _ranks_states(model, shard, train, stages, holder, max_layer_params, states_cache), strict=True)
     ):
@@ -479,14 +484,23 @@ def pipeline_memory(
                 [kept_pipeline_output_bytes(train, stages[i].loss_logits) / train.num_microbatches for i in row],
                 fragmentation,
             )
-        held = (rank.states, activations, max_full_saved, comm_buffers, rank.loss_working_bytes, unsharded)
-        ranks.append(
-            rank_memory(
+        key = (id(rank), activations, unsharded)  # `rank` is held by the states cache or `_ranks_states`' list
+        found = alike.get(key)
+        if found is None:
+            held = (rank.states, activations, max_full_saved, comm_buffers, rank.loss_working_bytes, unsharded)
+            parts = rank_memory(
                 r, *held, cached_logits_bytes=rank.cached_logits_bytes, backward_transient_bytes=max_transient,
                 backward_grad_bytes=rank.backward_grad_bytes, fragmentation=fragmentation,
-            )
-        )  # fmt: skip
-    return MemoryResult(tuple(ranks), capacity_bytes, expandable_segments=train.expandable_segments)
+            ).parts  # fmt: skip
+            found = alike[key] = (parts, sum(parts.values()))
+        memory = RankMemory(r, found[0])
+        if peak is None or found[1] > peak_total:
+            peak, peak_total = memory, found[1]
+        ranks.append(memory)
+    result = MemoryResult(tuple(ranks), capacity_bytes, expandable_segments=train.expandable_segments)
+    if peak is not None:
+        result._peak.append(peak)
+    return result
 
 
 def _ranks_states(
@@ -501,22 +515,38 @@ def _ranks_states(
     """Each rank's `RankStates`, from `states_cache` where it holds them (filled in here)."""
     cache: RankStatesCache = {} if states_cache is None else states_cache
     gathered: float | None = None  # looked up once, when a rank's states are not cached
+    by_stages: dict[tuple[int, ...], RankStates] = {}  # ranks of several chunks holding the same footprint objects
     out = []
     for row in holder:
+        held: tuple[int, ...] = ()
         if len(row) == 1:  # one stage: its figures as they are (a sum of one is that one, to the bit)
             one = stages[row[0]]
             dense, expert, edge, logits = one.dense_params, one.expert_params, one.edge_params, one.loss_logits
-        else:
-            dense = sum(stages[i].dense_params for i in row)
-            expert = sum(stages[i].expert_params for i in row)
-            edge = sum(stages[i].edge_params for i in row)
-            logits = max((stages[i].loss_logits for i in row), default=0.0)
+        else:  # the sums and the max of `sum()` and `max()` over the row, in one pass (0 + x is x, to the bit)
+            held = tuple([id(stages[i]) for i in row])  # `stages` holds them for the call
+            found = by_stages.get(held)
+            if found is not None:
+                out.append(found)
+                continue
+            dense = expert = edge = 0
+            logits: float | None = None
+            for i in row:
+                stage = stages[i]
+                dense += stage.dense_params
+                expert += stage.expert_params
+                edge += stage.edge_params
+                if logits is None or stage.loss_logits > logits:
+                    logits = stage.loss_logits
+            if logits is None:
+                logits = 0.0
         key = (dense, expert, edge, logits, max_layer_params)
         rank = cache.get(key)
         if rank is None:
             if gathered is None:
                 gathered = _gathered_params(model, shard, train, max_layer_params)
             rank = cache[key] = _rank_states(train, dense, expert, edge, logits, max_layer_params, gathered)
+        if held:
+            by_stages[held] = rank
         out.append(rank)
     return out
 
@@ -537,10 +567,16 @@ def states_floor_bytes(
     before it builds its schedule's plan (`tune.memfilter.GroupMemory.cannot_fit`)."""
     max_layer_params = _stage_maxima(stages)[0]
     comm_buffers = comm_buffer_bytes(model, shard, train)
-    return [
-        rank_memory(r, rank.states, 0.0, 0.0, comm_buffers, cached_logits_bytes=rank.cached_logits_bytes).total_bytes
-        for r, rank in enumerate(_ranks_states(model, shard, train, stages, holder, max_layer_params, states_cache))
-    ]
+    floors: dict[int, float] = {}  # by RankStates (alike ranks share one): the same parts, the same total
+    out = []
+    for r, rank in enumerate(_ranks_states(model, shard, train, stages, holder, max_layer_params, states_cache)):
+        floor = floors.get(id(rank))
+        if floor is None:
+            floor = floors[id(rank)] = rank_memory(
+                r, rank.states, 0.0, 0.0, comm_buffers, cached_logits_bytes=rank.cached_logits_bytes
+            ).total_bytes
+        out.append(floor)
+    return out
 
 
 def _stage_maxima(stages: Sequence[StageFootprint]) -> tuple[float, float, float]:

@@ -111,9 +111,9 @@ class PipelineCosts:
         return len(self.chunks[0]) if self.chunks else 0
 
     def optimizer_per_rank_s(self) -> tuple[float, ...]:
-        if isinstance(self.optimizer_s, int | float):
+        if isinstance(self.optimizer_s, (int, float)):  # a tuple of types: `int | float` built a union per call
             return (float(self.optimizer_s),) * self.pp
-        return tuple(float(x) for x in self.optimizer_s)
+        return tuple(map(float, self.optimizer_s))
 
     def intra_kinds(self) -> tuple[str, ...]:
         """ "tp", "cp", "ep", then any other communication kind the chunks carry."""

@@ -41,12 +41,16 @@ def check_costs(costs: PipelineCosts) -> list[str]:
     if problems:
         return problems
     want = SCHEDULES[costs.schedule].chunks_per_rank(vpp)
+    fine: set[int] = set()  # chunks found fine (the ranks share their stages' chunk objects)
     for rank, row in enumerate(costs.chunks):
         if len(row) != want:
             problems.append(f"rank {rank} has {len(row)} chunks; {costs.schedule} needs {want}")
         for c, chunk in enumerate(row):
+            if id(chunk) in fine:
+                continue
             if min(chunk.forward_s, chunk.backward_input_s, chunk.backward_weight_s, chunk.dp_grad_reduce_s) >= 0:
-                continue  # the common case, without a lookup by name
+                fine.add(id(chunk))  # the common case, without a lookup by name
+                continue
             for name in ("forward_s", "backward_input_s", "backward_weight_s", "dp_grad_reduce_s"):
                 if getattr(chunk, name) < 0:
                     problems.append(f"rank {rank} chunk {c}: {name} is negative ({getattr(chunk, name)})")

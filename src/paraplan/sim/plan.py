@@ -316,7 +316,20 @@ def peak_live_bytes(plan: Plan, rank: int, chunk_bytes: list[float]) -> float:
         # one chunk per rank: each candidate is count x bytes, one rounding, monotone in the count for bytes >= 0,
         # so the largest is the most live micro-batches times the bytes, to the bit (tests/sim/test_plan_peaks.py)
         return float(plan.peak_inflight_chunks[rank]) * chunk_bytes[0]
-    return float((vectors @ chunk_bytes).max())
+    # the last few answers kept on the plan: the tuner's memory filter asks, then the projection of the same spec
+    # asks again with the same bytes (its chunks' saved activations are the stages' footprints)
+    recent = plan.memo.get("peaks")
+    if recent is None or len(recent) >= _RECENT_PEAKS:
+        recent = plan.memo["peaks"] = {}
+    key = (rank, *chunk_bytes)
+    peak = recent.get(key)
+    if peak is None:
+        peak = recent[key] = float((vectors @ chunk_bytes).max())
+    return peak
+
+
+_RECENT_PEAKS = 64
+"""`peak_live_bytes` answers kept per plan (then dropped all at once: a plan serves thousands of specs in a search)."""
 
 
 @lru_cache(maxsize=1024)

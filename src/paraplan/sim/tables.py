@@ -146,18 +146,16 @@ def _timing_tables(plan: Plan, flat: list[ChunkCost]) -> DurationTables:
     chunks' figures gathered through the plan's `timing_layout` (the same floats: b + w and gather + refetch are the
     same additions, element by element; tests/sim/test_tables.py). The tables are views of one padded array
     (`DurationTables.padded`), whose extra column the compiled loops read."""
-    figures = np.array(
-        [
-            (
+    rows: dict[int, tuple] = {}  # by chunk: the ranks of a pipeline share their stages' ChunkCost objects
+    for c in flat:
+        if id(c) not in rows:
+            rows[id(c)] = (
                 c.forward_s, c.backward_input_s, c.backward_weight_s, c.fsdp_gather_s, c.fsdp_refetch_s,
                 c.fsdp_reduce_scatter_s, float(c.fsdp_on_demand),
                 1 if c.fsdp_on_demand or c.fsdp_units < 1 else c.fsdp_units,  # max(1, units) without the call
                 0.0, 0.0,
-            )
-            for c in flat
-        ],
-        dtype=np.float64,
-    ).reshape(len(flat), _PER_CHUNK)  # fmt: skip
+            )  # fmt: skip
+    figures = np.array([rows[id(c)] for c in flat], dtype=np.float64).reshape(len(flat), _PER_CHUNK)
     figures[:, _BW] = figures[:, 1] + figures[:, 2]
     figures[:, _BEFORE_B] = figures[:, 3] + figures[:, 4]
     values = np.concatenate((figures.ravel(), _CONSTANTS))

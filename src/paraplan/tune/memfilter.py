@@ -130,9 +130,13 @@ class GroupMemory:
     def _memory(self, mode: str, full_layers: int | None) -> MemoryResult:
         train = self.train_for(mode, full_layers)
         footprints = self._stage_footprints(layer_modes(train))
-        peaks = [
-            peak_live_bytes(self.plan, r, [footprints[i].saved_bytes for i in row]) for r, row in enumerate(self.holder)
-        ] if self._multi_chunk else self._one_chunk_peaks(footprints)  # fmt: skip
+        if self._multi_chunk:
+            plan = self.plan
+            peaks = [
+                peak_live_bytes(plan, r, [footprints[i].saved_bytes for i in row]) for r, row in enumerate(self.holder)
+            ]
+        else:
+            peaks = self._one_chunk_peaks(footprints)
         return pipeline_memory(
             self.model, self.shard, train, self.system.gpu.hbm_bytes, footprints, self.holder, peaks,
             lambda: self.plan.memory_moments, self._states,
