@@ -53,7 +53,6 @@ SIXTEEN_BIT_LOSS_FRAMEWORKS = frozenset({"llm-foundry"})
 # gather it again: not modelled, at most the h / tp input of a column-parallel GEMM). torchtitan's float8 (torchao
 # `Float8Linear`) saves the high-precision input.
 MEGATRON_CORE_FRAMEWORKS = frozenset({"megatron-lm", "nemo-megatron"})
-TE_LINEAR_FRAMEWORKS = MEGATRON_CORE_FRAMEWORKS
 FP8_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
 
 SELECTIVE = frozenset({"selective"})
@@ -89,10 +88,11 @@ class Shard:
     fused: bool = True  # fused memory-bound kernels (TE/Apex/compile), or eager PyTorch (`graph.kernels`)
     fused_loss: bool = True  # fused cross-entropy kernel, or Megatron's eager vocab-parallel one
     loss_logit_bytes: int = LOGIT_BYTES  # bytes per logit the loss saves for backward (`loss_saved_logit_bytes`)
-    quantized_saved_inputs: bool = False  # low-precision GEMMs keep their input quantised (`TE_LINEAR_FRAMEWORKS`)
     flex_dispatch: bool = False  # MoE tokens sent once per destination rank and node (DeepEP / HybridEP)
     moe_padding_factor: float = 1.0  # routed copies per balanced one (drop-and-pad: the capacity factor)
-    megatron_core: bool = False  # megatron-core's modules, with their eager paths (`MEGATRON_CORE_FRAMEWORKS`)
+    megatron_core: bool = False
+    """megatron-core's modules (`MEGATRON_CORE_FRAMEWORKS`): TE linears that keep low-precision inputs quantised, and
+    megatron-core's eager paths."""
 
     @property
     def tokens(self) -> int:
@@ -113,8 +113,8 @@ class Shard:
         return activation_bytes(self.precision)
 
     def keeps_quantized_input(self, precision: str) -> bool:
-        """Whether a GEMM in `precision` keeps its input quantised for its weight gradient (`TE_LINEAR_FRAMEWORKS`)."""
-        return self.quantized_saved_inputs and precision in RECIPES
+        """Whether a GEMM in `precision` keeps its input quantised for its weight gradient (TE linears)."""
+        return self.megatron_core and precision in RECIPES
 
     def saved_input_bytes(self, precision: str) -> float:
         """Bytes per element of the input a GEMM in `precision` keeps for its weight gradient: the recipe's quantised
@@ -143,7 +143,6 @@ class Shard:
             fused=train.kernel_fusion,
             fused_loss=train.cross_entropy_fusion,
             loss_logit_bytes=loss_saved_logit_bytes(train),
-            quantized_saved_inputs=train.framework in TE_LINEAR_FRAMEWORKS,
             flex_dispatch=train.moe_token_dispatcher_type == "flex",
             moe_padding_factor=train.moe_padding_factor,
             megatron_core=train.framework in MEGATRON_CORE_FRAMEWORKS,
