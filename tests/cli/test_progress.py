@@ -117,3 +117,28 @@ def test_calibrate_with_cross_validation_counts_every_fit(public_csv: Path, tmp_
     assert [(m.group(2), m.group(3)) for m in lines] == [("1", "3"), ("2", "3"), ("3", "3")]
     assert lines[-1].group(5) == " (on every source)"
     assert "fits" not in result.stdout.split("calibration: error per source")[0]
+
+
+def test_calibrate_splits_only_fits_once_per_held_out_group(public_csv: Path, tmp_path: Path) -> None:
+    """--splits-only scores the splits without leave-one-source-out or the fit on every source: the forward split
+    is one fit (on the releases before 2026) scored on Megatron-Bridge 26.02."""
+    pytest.importorskip("scipy", reason="scipy is not installed (the 'fit' extra)")
+    sources = ("Korthikanti2022_Table5", "MegatronBridge_perf_summary_25.11", "MegatronBridge_perf_summary_26.02")
+    data = small_csv(public_csv, tmp_path, sources, 3)
+    args = ["calibrate", "--data", str(data), "--max-evaluations", "1", "--splits", "forward", "--splits-only"]
+    result = runner.invoke(app, args, env=EVERY_UNIT)
+    assert result.exit_code == 0, result.output
+    assert [(m.group(2), m.group(3)) for m in progress_lines(result.stderr, "calibrate")] == [("1", "1")]
+    assert "held out by forward: source-balanced MAPE" in result.stdout
+    assert "MegatronBridge_perf_summary_26.02" in result.stdout
+    assert "calibration: error per source" not in result.stdout and "constants fitted" not in result.stdout
+
+
+def test_calibrate_splits_only_refuses_what_it_cannot_do(public_csv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "calibration.yaml"
+    args = ["calibrate", "--data", str(public_csv), "--splits-only", "--no-cv", "--out", str(out), "--splits", "none"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    for flag in ("--no-cv", "--out", "--splits none"):
+        assert f"--splits-only with {flag}" in result.output
+    assert "Traceback" not in result.output

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import yaml
@@ -16,6 +16,9 @@ from paraplan.specs.frameworks import parse_version
 from paraplan.validate.measured import read_rows
 from paraplan.validate.sources import GENERALIZATION_SPLITS
 
+if TYPE_CHECKING:
+    from paraplan.validate.calibrate import SplitScores
+
 
 def calibrate(
     data: Annotated[str, typer.Option("--data", help="CSV of measured runs (columns of public.csv)")],
@@ -24,6 +27,14 @@ def calibrate(
     ] = None,
     max_evaluations: Annotated[int, typer.Option("--max-evaluations", help="objective evaluations per fit")] = 400,
     no_cv: Annotated[bool, typer.Option("--no-cv", help="fit once on all sources; skip the held-out fits")] = False,
+    splits_only: Annotated[
+        bool,
+        typer.Option(
+            "--splits-only",
+            help="score the generalization splits only: no leave-one-source-out and no fit on every source, so "
+            "nothing to write (the quick check of how a change generalizes: --splits forward takes one fit)",
+        ),
+    ] = False,
     workers: Annotated[int, typer.Option("--workers", help="processes for the held-out fits")] = 1,
     splits: Annotated[
         str,
@@ -51,6 +62,13 @@ def calibrate(
     chosen = [] if splits.strip() == "none" else [s.strip() for s in splits.split(",") if s.strip()]
     problems += [f"--splits: unknown split '{s}' (choose from {', '.join(GENERALIZATION_SPLITS)})" for s in chosen
                  if s not in GENERALIZATION_SPLITS]  # fmt: skip
+    if splits_only:
+        conflicts = {
+            "--no-cv": (no_cv, "--no-cv skips the held-out fits that --splits-only runs"),
+            "--out": (bool(out), "--splits-only fits no table on every source to write"),
+            "--splits none": (not chosen, "no split to score"),
+        }
+        problems += [f"--splits-only with {flag}: {why}" for flag, (given, why) in conflicts.items() if given]
     day = None
     if forward_from:
         try:
@@ -73,6 +91,11 @@ def calibrate(
     except ImportError as exc:  # scipy comes with the [fit] extra
         raise ConfigError(f"calibrate needs scipy (pip install 'paraplan[fit]'): {exc}") from None
     rows = read_rows(data)
+    if splits_only:
+        with progress_to_stderr(err_console, "calibrate", "fits") as progress:
+            scores = generalization_splits(rows, chosen, max_evaluations, workers, day or FORWARD_FROM, progress)
+        _print_splits(scores)
+        return
     if no_cv:
         with progress_to_stderr(err_console, "calibrate", "block searches") as progress:
             result = fit(subsample(rows), max_evaluations, progress)
@@ -96,18 +119,7 @@ def calibrate(
             console.print(f"not fitted (report-only), {source}: step-time MAPE {mape:.1f}%")
         for source, mape in sorted(cv.memory.items()):
             console.print(f"not fitted (memory_gib), {source}: memory MAPE {mape:.1f}%")
-        for split, result in scores.items():
-            groups = [
-                (
-                    group,
-                    f"{result.group_mape_pct(group):.1f}",
-                    ", ".join(f"{s} {v['mape_pct']:.1f}" for s, v in sorted(result.held_out[group].items())),
-                )
-                for group in sorted(result.held_out)
-            ]
-            title = f"held out by {split}: source-balanced MAPE {result.mape_pct:.1f}%"
-            kinds: list[tuple[str, Kind]] = [("held-out group", "name"), ("MAPE %", "number")]
-            print_whole_table(console, title, [*kinds, ("per source (MAPE %)", "text")], groups)
+        _print_splits(scores)
     counts = fitted_constants(table)
     console.print(
         f"constants fitted: {counts['total']} ({counts['family']} per GPU family, {counts['framework']} per framework; "
@@ -119,6 +131,22 @@ def calibrate(
         console.print(f"wrote {out}")
     else:
         print(text)
+
+
+def _print_splits(scores: dict[str, SplitScores]) -> None:
+    """One table per generalization split: each held-out group's source-balanced MAPE and its sources'."""
+    for split, result in scores.items():
+        groups = [
+            (
+                group,
+                f"{result.group_mape_pct(group):.1f}",
+                ", ".join(f"{s} {v['mape_pct']:.1f}" for s, v in sorted(result.held_out[group].items())),
+            )
+            for group in sorted(result.held_out)
+        ]
+        title = f"held out by {split}: source-balanced MAPE {result.mape_pct:.1f}%"
+        kinds: list[tuple[str, Kind]] = [("held-out group", "name"), ("MAPE %", "number")]
+        print_whole_table(console, title, [*kinds, ("per source (MAPE %)", "text")], groups)
 
 
 def register(app: typer.Typer) -> None:
