@@ -33,6 +33,7 @@ from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.collectives import SourceKey, add_records, collective_sources, record, timed_collective
 from paraplan.cost.comm import GroupPlacement, place_group
 from paraplan.cost.compute import weight_quantize_s
+from paraplan.cost.fsdp_copies import fsdp2_copies
 from paraplan.cost.offload import optimizer_step_s
 from paraplan.cost.quantize import LOW_PRECISIONS, WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS
 from paraplan.graph import kinds as K
@@ -134,6 +135,19 @@ def _weight_casts_s(total: _StageSums, train: TrainingSpec, system: SystemSpec, 
     if train.framework in WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS:
         return once / train.num_microbatches
     return once
+
+
+def _fsdp2_copies_s(
+    params: float, train: TrainingSpec, system: SystemSpec, cal: Calibration, units: int
+) -> tuple[float, float]:
+    """(forward, backward) of one micro-batch: torch FSDP2's compute-stream copies (`cost.fsdp_copies`). Fully
+    sharded, each micro-batch gathers before its forward and again before its backward, and reduce-scatters after
+    it; with sharded gradients only (ZeRO-2) the parameters are gathered once a step and the gradients reduced
+    every micro-batch (`_dp_times`)."""
+    copies = fsdp2_copies(params, train, system.gpu, cal, units)
+    if train.shards_params:
+        return copies.copy_out_s, copies.copy_out_s + copies.copy_in_s
+    return copies.copy_out_s / train.num_microbatches, copies.copy_in_s
 
 
 @lru_cache(maxsize=_BLOCK_CACHE_SIZE)
@@ -537,12 +551,14 @@ def _chunk_cost(
     if not train.gathers_on_demand:
         slow_f = cal.overlap_interference * min(fsdp_gather, total.f)
         slow_b = cal.overlap_interference * min(fsdp_gather + refetch + fsdp_rs, total.b + total.w)
+    copy_f, copy_b = _fsdp2_copies_s(params, train, system, cal, units)
     chunk = ChunkCost(
         forward_s=total.f
         + slow_f
+        + copy_f
         + _microbatch_overhead_s(train, cal) / chunks
         + _weight_casts_s(total, train, system, cal),
-        backward_input_s=total.b + slow_b,
+        backward_input_s=total.b + slow_b + copy_b,
         backward_weight_s=total.w,
         comm_total_s=total.comm_total,
         comm_exposed_s=total.comm_exposed,
