@@ -60,7 +60,7 @@ HEADROOM = 0.03  # margin kept free of the HBM capacity for the FITS verdict
 ALLOCATED_PARTS = (
     "weights", "gradients", "optimizer", "activations", "recompute_working_set", "backward_working_set",
     "loss_working_set",
-    "unsharded_params_and_grads", "communication_buffers",
+    "unsharded_params_and_grads", "communication_buffers", "attention_score_buffer",
 )  # fmt: skip
 RESERVED_PARTS = ("allocator_fragmentation", "allocator_cached_logits")
 DEVICE_PARTS = ("cuda_context_and_nccl",)
@@ -98,6 +98,22 @@ def comm_buffer_bytes(model: ModelSpec, shard: Shard, train: TrainingSpec) -> fl
         if train.moe_token_dispatcher_type == "flex":
             buffers += deepep_buffer_bytes(h, train.ep)
     return buffers
+
+
+def attention_score_buffer_bytes(model: ModelSpec, shard: Shard) -> float:
+    """megatron-core's unfused attention (`DotProductAttention`, `--attention-backend unfused`) writes its raw scores
+    with `torch.baddbmm` over an input taken from the process's global memory buffer,
+    `parallel_state.get_global_memory_buffer().get_tensor((b * np, sq, sk), dtype, "mpu")`, which keeps the tensor
+    for the rest of the run at its largest size (megatron-core 0.16.0 transformer/dot_product_attention.py,
+    utils.GlobalMemoryBuffer.get_tensor): b x heads per TP rank x s x s 16-bit elements, once per process. The
+    Megatron-LM of the 2020-21 papers allocated it per call (`torch.empty`): there, one layer's transient. None with
+    flash attention, outside megatron-core, or without attention layers."""
+    if shard.flash or not shard.megatron_core or model.num_attention_heads <= 0:
+        return 0.0
+    if model.hybrid_layer_pattern is not None and "*" not in model.hybrid_layer_pattern:
+        return 0.0  # a hybrid model without attention layers
+    heads = model.num_attention_heads // shard.tp
+    return float(shard.act_bytes * shard.batch * heads * shard.seq * shard.seq_full)
 
 
 @fastinit
@@ -372,6 +388,7 @@ def rank_memory(
     backward_transient_bytes: float = 0.0,
     backward_grad_bytes: float = 0.0,
     fragmentation: float = FRAGMENTATION,
+    score_buffer_bytes: float = 0.0,
 ) -> RankMemory:
     """The parts of one GPU. A layer's backward (the saved tensors of the layer it recomputes, the activation gradients
     in flight, `memory.blocks.backward_transient_bytes`, and the unsharded weight gradients that `backward_grad_bytes`
@@ -386,6 +403,7 @@ def rank_memory(
     parts["loss_working_set"] = max(0.0, loss_working_bytes - backward_only)
     parts["unsharded_params_and_grads"] = unsharded_bytes
     parts["communication_buffers"] = comm_buffer_bytes
+    parts["attention_score_buffer"] = score_buffer_bytes
     parts["allocator_fragmentation"] = fragmentation * activation_bytes
     parts["allocator_cached_logits"] = cached_logits_bytes
     parts["cuda_context_and_nccl"] = CUDA_CONTEXT_BYTES
@@ -461,6 +479,7 @@ def pipeline_memory(
     `states_cache`: the ranks' `RankStates` already computed for this model, shard and spec (any recompute)."""
     max_layer_params, max_full_saved, max_transient = _stage_maxima(stages)
     comm_buffers = comm_buffer_bytes(model, shard, train)
+    score_buffer = attention_score_buffer_bytes(model, shard)
     fragmentation = fragmentation_share(train)
     ranks = []
     # ranks with the same states and the same activations have the same parts: built and added up once (a pipeline's
@@ -491,6 +510,7 @@ def pipeline_memory(
             parts = rank_memory(
                 r, *held, cached_logits_bytes=rank.cached_logits_bytes, backward_transient_bytes=max_transient,
                 backward_grad_bytes=rank.backward_grad_bytes, fragmentation=fragmentation,
+                score_buffer_bytes=score_buffer,
             ).parts  # fmt: skip
             found = alike[key] = (parts, sum(parts.values()))
         memory = RankMemory(r, found[0])
@@ -567,13 +587,20 @@ def states_floor_bytes(
     before it builds its schedule's plan (`tune.memfilter.GroupMemory.cannot_fit`)."""
     max_layer_params = _stage_maxima(stages)[0]
     comm_buffers = comm_buffer_bytes(model, shard, train)
+    score_buffer = attention_score_buffer_bytes(model, shard)
     floors: dict[int, float] = {}  # by RankStates (alike ranks share one): the same parts, the same total
     out = []
     for r, rank in enumerate(_ranks_states(model, shard, train, stages, holder, max_layer_params, states_cache)):
         floor = floors.get(id(rank))
         if floor is None:
             floor = floors[id(rank)] = rank_memory(
-                r, rank.states, 0.0, 0.0, comm_buffers, cached_logits_bytes=rank.cached_logits_bytes
+                r,
+                rank.states,
+                0.0,
+                0.0,
+                comm_buffers,
+                cached_logits_bytes=rank.cached_logits_bytes,
+                score_buffer_bytes=score_buffer,
             ).total_bytes
         out.append(floor)
     return out

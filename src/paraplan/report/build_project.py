@@ -50,6 +50,7 @@ MEMORY_COLORS = {
     "activations": PALETTE[2],
     "recompute_working_set": PALETTE[6],
     "communication_buffers": PALETTE[5],
+    "attention_score_buffer": PALETTE[8],
     "framework_overhead": PALETTE[9],
 }
 _STREAM_CATEGORY = {"tp/cp/ep comm": "tp/cp/ep comm", "pp": "pp send/recv", "dp": "dp / fsdp"}
