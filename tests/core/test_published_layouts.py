@@ -13,6 +13,8 @@ framework allocates, and the FITS/OOM verdict with the reason.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from paraplan.api import memory
@@ -114,6 +116,31 @@ def test_mixtral_8x22b_primus_as_published_parts_are_megatrons_and_do_not_fit() 
 def test_mixtral_memory_does_not_depend_on_the_global_batch_beyond_micro_batches_in_flight() -> None:
     a, b = memory(**MIXTRAL, gbs=256).peak, memory(**MIXTRAL, gbs=1024).peak
     assert a.total_bytes == b.total_bytes  # 8 or 32 micro-batches a step: 4 in flight on rank 0 either way
+
+
+def test_mixtral_8x22b_primus_as_a_measured_run_takes_the_memory_saver_it_must_have_used(public_csv: Path) -> None:
+    """The published run leaves recompute unstated and ran: projected as a measured run (the path of public.csv's
+    rows, `validate.savers`), it is not called OOM but takes the first memory saver that fits, named among its
+    assumptions; the layout as stated (no recompute) stays OOM above."""
+    from paraplan.projection import project_specs
+    from paraplan.validate.measured import read_rows, run_from_row
+    from paraplan.validate.savers import SAVER_KEY, memory_saver_for
+
+    row = dict.fromkeys(read_rows(public_csv)[0], "")  # public.csv's columns, blank but for the published ones
+    row.update(
+        id="primus-mixtral-8x22b-mi355x", source="AMD Primus MI355X recipe (issue 33)", model="Mixtral 8x22B",
+        model_preset="mixtral-8x22b", arch="mixtral", num_layers="56", hidden="6144", ffn_hidden="16384",
+        num_heads="48", num_kv_heads="8", vocab="32768", num_experts="8", topk="2", gpu="MI355X", gpu_preset="mi355x",
+        num_gpus="64", tp="1", pp="4", ep="8", mbs="2", gbs="256", seq_len="8192", precision="bf16", zero="1",
+        framework="primus", metric="tokens_per_sec_per_gpu", value="1", complete="1",
+    )  # fmt: skip
+    run = run_from_row(row)
+    assert run.train.framework == "megatron-lm"  # Primus's Megatron-LM backend
+    assert not project_specs(run.model, run.system, run.train).memory.fits
+    saved = memory_saver_for(run)
+    assert saved is not None
+    assert project_specs(saved.model, saved.system, saved.train).memory.fits
+    assert [a.key for a in saved.defaults_used].count(SAVER_KEY) == 1
 
 
 QWEN3 = dict(
