@@ -13,7 +13,7 @@ from typing import Protocol
 from paraplan.cost.calibration import Calibration
 from paraplan.cost.collectives import SourceKey, record, timed_collective
 from paraplan.cost.comm import GroupPlacement
-from paraplan.cost.compute import compute_time_s
+from paraplan.cost.compute import OpClock
 from paraplan.cost.offload import host_copy_s
 from paraplan.fastinit import fastinit
 from paraplan.graph.backward import TP_INPUT_GRAD, TP_REGATHER, backward_ops, is_weightless_gemm
@@ -298,7 +298,11 @@ def _async_tp_pool(op: Op, label: str, ctx: BlockContext) -> str:
 
 
 def _phase_times(
-    ops: Sequence[Op], ctx: BlockContext, host_s_per_op: float, known_s: dict[int, float] | None = None
+    ops: Sequence[Op],
+    ctx: BlockContext,
+    host_s_per_op: float,
+    known_s: dict[int, float] | None = None,
+    clock: OpClock | None = None,
 ) -> _PhaseTime:
     """Time of one phase of a block.
 
@@ -320,7 +324,8 @@ def _phase_times(
     kernels while this layer's long ones run. Nothing is saved when the host waits for the GPU (MoE).
 
     `known_s`: the analytic seconds of compute ops by `id(op)`, filled in here (the recompute's ops are the forward's,
-    timed under the same context: `block_cost` times each once).
+    timed under the same context: `block_cost` times each once). `clock`: the context's `OpClock`, when the caller
+    times several phases.
 
     Under CUDA graphs (`BlockContext.cuda_graphs`) the phase is one graph launch (one op's host time) and its ops
     cost the host nothing, but for the MoE ops of a layer that syncs with the host: megatron-core captures those
@@ -335,7 +340,10 @@ def _phase_times(
     deferred: dict[str, float] = {}
     # the context read once per phase, not per op
     graphs, host_sync, timer = ctx.cuda_graphs, ctx.moe_host_sync, ctx.timer
-    gpu_spec, cal = ctx.system.gpu, ctx.cal
+    cal = ctx.cal
+    if clock is None:
+        clock = OpClock(ctx.system.gpu, cal)
+    gemm_time = clock.gemm_s  # most of a block's compute ops: called without the dispatch
     attention_s = gemm_s = profiled_s = 0.0  # added up per op, in op order, then stored
     for op in ops:
         kind = op.kind
@@ -362,11 +370,11 @@ def _phase_times(
         timed = timer(op) if timer is not None else None
         if timed is None:
             if known_s is None:
-                seconds = compute_time_s(op, gpu_spec, cal)
+                seconds = gemm_time(op) if kind is _GEMM else clock(op)
             else:
                 seconds = known_s.get(id(op))
                 if seconds is None:
-                    seconds = known_s[id(op)] = compute_time_s(op, gpu_spec, cal)
+                    seconds = known_s[id(op)] = gemm_time(op) if kind is _GEMM else clock(op)
         else:  # a kernel measured on one chip: compute-bound ones run at the pace of the job's slowest chip
             seconds = timed[0] * (cal.compute_slowdown if kind in CLOCK_BOUND_KINDS else 1.0)
             profiled_s += seconds
@@ -434,10 +442,11 @@ def block_phases(
     b_ops, w_ops = backward if backward is not None else backward_phases(forward)
     host = ctx.cal.host_launch_s
     op_seconds: dict[int, float] = {}
+    clock = OpClock(ctx.system.gpu, ctx.cal)
     return BlockPhases(
-        _phase_times(forward, ctx, host, op_seconds),
-        _phase_times(b_ops, ctx, host * ctx.cal.host_backward_factor),
-        _phase_times(w_ops, ctx, host * ctx.cal.host_backward_factor),
+        _phase_times(forward, ctx, host, op_seconds, clock),
+        _phase_times(b_ops, ctx, host * ctx.cal.host_backward_factor, None, clock),
+        _phase_times(w_ops, ctx, host * ctx.cal.host_backward_factor, None, clock),
         op_seconds,
     )
 

@@ -11,6 +11,7 @@ import math
 
 from paraplan.cost.calibration import Calibration
 from paraplan.cost.quantize import (
+    RECIPES,
     activation_quantize_bytes,
     activation_quantize_kernels,
     recipe_of,
@@ -50,19 +51,7 @@ _K_REF_FACTOR = _K_REF / (_K_REF + _K_HALF)
 
 
 def gemm_efficiency(shape: GemmShape, gpu: GpuSpec, precision: str, cal: Calibration) -> float:
-    # No published NVFP4 GEMM efficiency relative to its peak was found: FP4 GEMMs take the fitted FP8 one.
-    base = cal.fp8_gemm_efficiency if precision in FP8 or precision in FP4 else cal.gemm_efficiency
-    # wave quantisation: the last wave of output tiles leaves SMs idle (inline: called for every GEMM op)
-    tile_m, tile_n = _TILE_BIG if gpu.sm_count >= 132 else _TILE_SMALL
-    m, n, sm_count = shape.m, shape.n, gpu.sm_count
-    tiles_m, tiles_n = math.ceil(m / tile_m), math.ceil(n / tile_n)
-    tiles = tiles_m * tiles_n * shape.count
-    waves = math.ceil(tiles / sm_count)
-    fill = tiles / (waves * sm_count)
-    # Padding waste inside tiles for dims that are not tile multiples.
-    pad = (m / (tiles_m * tile_m)) * (n / (tiles_n * tile_n))
-    k_factor = shape.k / (shape.k + _K_HALF)
-    return base * (fill * (0.5 + 0.5 * pad)) * k_factor / _K_REF_FACTOR
+    return OpClock(gpu, cal).gemm_efficiency(shape, precision)
 
 
 def any_layout_fp8(gpu: GpuSpec) -> bool:
@@ -98,25 +87,7 @@ def weight_quantize_s(precision: str, weight_elements: float, gpu: GpuSpec, cal:
 
 
 def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
-    shape = op.gemm
-    assert shape is not None
-    precision = op.precision
-    peak = gpu.peak_flops(precision)
-    eff = gemm_efficiency(shape, gpu, precision, cal)
-    if eff < 0.02:  # max(eff, 0.02)
-        eff = 0.02
-    if op.phase is not Phase.FORWARD and not is_weightless_gemm(op):
-        eff = min(eff * WEIGHT_GEMM_BACKWARD_SPEEDUP, 0.98)
-    recipe = recipe_of(precision)
-    # operands as the GEMM reads them: quantised (data and block scales), or 16/32-bit
-    element_bytes = recipe.element_bytes if recipe is not None else 4 if precision == "fp32" else 2
-    out_bytes = 4 if precision == "fp32" else 2
-    m, n, k, count = shape.m, shape.n, shape.k, shape.count
-    io_bytes = element_bytes * (m * k + k * n) * count + out_bytes * m * n * count
-    compute_s = op.flops / (peak * eff)
-    memory_s = io_bytes / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
-    quantize_s = activation_quantize_s(op, gpu, cal) if recipe is not None else 0.0  # 16-bit: none
-    return max(compute_s, memory_s) + quantize_s + cal.kernel_launch_s
+    return OpClock(gpu, cal).gemm_s(op)
 
 
 # Flash attention's rate against head dim, relative to 128: (d / 128) ** 0.26 for the head dims kernels are
@@ -140,30 +111,7 @@ def _head_dim_factor(head_dim: float, exponent: float = _HEAD_DIM_EXPONENT) -> f
 
 
 def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
-    att = op.attention
-    assert att is not None
-    # A causal square, a context-parallel shard of one (load-balanced halves), or local attention counted as the
-    # square-equivalent of the keys it attends (`graph.layers._local_attention`): kernels do half the counted work.
-    causal = 0.5 if att.causal else 1.0
-    flops = op.flops * causal
-    base = cal.attention_efficiency if op.phase is Phase.FORWARD else cal.attention_backward_efficiency
-    alibi = "alibi" in op.tags
-    head_factor = _head_dim_factor(
-        (att.head_dim_qk + att.head_dim_v) / 2, _TRITON_HEAD_DIM_EXPONENT if alibi else _HEAD_DIM_EXPONENT
-    )
-    seq_factor = att.seq_kv / (att.seq_kv + _ATTN_SEQ_HALF)
-    eff = max(base * head_factor * seq_factor / (4096 / (4096 + _ATTN_SEQ_HALF)), 0.02)
-    if alibi:
-        eff *= cal.alibi_attention_factor
-    peak = gpu.peak_flops("fp32" if op.precision == "fp32" else "bf16")  # attention is 16-bit in FP8 runs too
-    memory_s = op.bytes_moved / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
-    # The softmax's exponentials run on the special-function units, which flash attention cannot fully hide
-    # behind the tensor cores (FlashAttention-3/4 papers: the exp throughput bounds attention at head dim
-    # 128 on Hopper and Blackwell); backward recomputes them once.
-    exp_s = 0.0
-    if gpu.exp_tera_per_s > 0:
-        exp_s = att.batch * att.heads * att.seq_q * att.seq_kv * causal / (gpu.exp_tera_per_s * 1e12)
-    return max(flops / (peak * eff) + exp_s, memory_s) + cal.kernel_launch_s
+    return OpClock(gpu, cal).attention_s(op)
 
 
 # The chunked scans of Mamba-2 (SSD, mamba_ssm's Triton `mamba_chunk_scan_combined`) and Gated DeltaNet (fla's
@@ -181,17 +129,12 @@ SCAN_EFFICIENCY = 0.12
 
 def scan_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     """A chunked scan: a roofline at `SCAN_EFFICIENCY`, plus a launch floor per kernel of the scan."""
-    peak = gpu.peak_flops("fp32" if op.precision == "fp32" else "bf16")  # 16-bit in FP8 runs too
-    compute_s = op.flops / (peak * SCAN_EFFICIENCY)
-    memory_s = op.bytes_moved / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
-    return max(compute_s, memory_s) + cal.kernel_launch_s * max(1, op.host_ops)
+    return OpClock(gpu, cal).scan_s(op)
 
 
 def elementwise_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     """Bytes over bandwidth, plus the kernel floor when the op launches a kernel (a view moves nothing)."""
-    if op.bytes_moved <= 0:
-        return 0.0
-    return op.bytes_moved / (gpu.hbm_bytes_per_s * cal.memory_efficiency) + cal.kernel_launch_s
+    return OpClock(gpu, cal).elementwise_s(op)
 
 
 def optimizer_time_s(params: float, gpu: GpuSpec, cal: Calibration) -> float:
@@ -199,20 +142,132 @@ def optimizer_time_s(params: float, gpu: GpuSpec, cal: Calibration) -> float:
     return params * cal.optimizer_bytes_per_param / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
 
 
+class OpClock:
+    """The analytic seconds of compute operators on one GPU under one calibration (`compute_time_s`), with what the
+    ops share read once: the peaks by precision, the memory bandwidth, the GEMM tile (a block's phase times 20-40 ops
+    under one context, issue 35: a call per op through `compute_time_s` cost about twice as much). Each formula is
+    here once; the functions of this module call it."""
+
+    __slots__ = ("cal", "gpu", "_bandwidth", "_launch", "_peaks", "_sm_count", "_tile_m", "_tile_n")
+
+    def __init__(self, gpu: GpuSpec, cal: Calibration) -> None:
+        self.gpu, self.cal = gpu, cal
+        self._bandwidth = gpu.hbm_bytes_per_s * cal.memory_efficiency
+        self._launch = cal.kernel_launch_s
+        self._sm_count = gpu.sm_count
+        # CUTLASS/cuBLAS output tile used for wave quantisation
+        self._tile_m, self._tile_n = _TILE_BIG if gpu.sm_count >= 132 else _TILE_SMALL
+        self._peaks: dict[str, float] = {}
+
+    def peak(self, precision: str) -> float:
+        """`GpuSpec.peak_flops`, once per precision (the methods below look it up in `_peaks` first)."""
+        peak = self._peaks[precision] = self.gpu.peak_flops(precision)
+        return peak
+
+    def __call__(self, op: Op) -> float:
+        kind = op.kind
+        if kind is _GEMM:
+            return self.gemm_s(op)
+        if kind is _ELEMENTWISE:
+            return self.elementwise_s(op)
+        if kind is _ATTENTION:
+            return self.attention_s(op)
+        if kind is _SCAN:
+            return self.scan_s(op)
+        raise ValueError(f"not a compute operator: {op.name} ({kind})")
+
+    def gemm_efficiency(self, shape: GemmShape, precision: str) -> float:
+        cal = self.cal
+        # No published NVFP4 GEMM efficiency relative to its peak was found: FP4 GEMMs take the fitted FP8 one.
+        base = cal.fp8_gemm_efficiency if precision in FP8 or precision in FP4 else cal.gemm_efficiency
+        # wave quantisation: the last wave of output tiles leaves SMs idle
+        tile_m, tile_n, sm_count = self._tile_m, self._tile_n, self._sm_count
+        m, n = shape.m, shape.n
+        tiles_m, tiles_n = math.ceil(m / tile_m), math.ceil(n / tile_n)
+        tiles = tiles_m * tiles_n * shape.count
+        waves = math.ceil(tiles / sm_count)
+        fill = tiles / (waves * sm_count)
+        # Padding waste inside tiles for dims that are not tile multiples.
+        pad = (m / (tiles_m * tile_m)) * (n / (tiles_n * tile_n))
+        k_factor = shape.k / (shape.k + _K_HALF)
+        return base * (fill * (0.5 + 0.5 * pad)) * k_factor / _K_REF_FACTOR
+
+    def gemm_s(self, op: Op) -> float:
+        shape = op.gemm
+        assert shape is not None
+        precision = op.precision
+        peak = self._peaks.get(precision) or self.peak(precision)
+        eff = self.gemm_efficiency(shape, precision)
+        if eff < 0.02:  # max(eff, 0.02)
+            eff = 0.02
+        if op.phase is not _FORWARD and not is_weightless_gemm(op):
+            eff = min(eff * WEIGHT_GEMM_BACKWARD_SPEEDUP, 0.98)
+        recipe = RECIPES.get(precision)  # `recipe_of`
+        # operands as the GEMM reads them: quantised (data and block scales), or 16/32-bit
+        element_bytes = recipe.element_bytes if recipe is not None else 4 if precision == "fp32" else 2
+        out_bytes = 4 if precision == "fp32" else 2
+        m, n, k, count = shape.m, shape.n, shape.k, shape.count
+        io_bytes = element_bytes * (m * k + k * n) * count + out_bytes * m * n * count
+        compute_s = op.flops / (peak * eff)
+        memory_s = io_bytes / self._bandwidth
+        if recipe is None:  # 16-bit: no quantisation kernels (x + 0.0 is x: no term to add)
+            return max(compute_s, memory_s) + self._launch
+        return max(compute_s, memory_s) + activation_quantize_s(op, self.gpu, self.cal) + self._launch
+
+    def attention_s(self, op: Op) -> float:
+        att = op.attention
+        assert att is not None
+        cal = self.cal
+        # A causal square, a context-parallel shard of one (load-balanced halves), or local attention counted as
+        # the square-equivalent of the keys it attends (`graph.layers._local_attention`): kernels do half the
+        # counted work.
+        causal = 0.5 if att.causal else 1.0
+        flops = op.flops * causal
+        base = cal.attention_efficiency if op.phase is _FORWARD else cal.attention_backward_efficiency
+        alibi = "alibi" in op.tags
+        head_factor = _head_dim_factor(
+            (att.head_dim_qk + att.head_dim_v) / 2, _TRITON_HEAD_DIM_EXPONENT if alibi else _HEAD_DIM_EXPONENT
+        )
+        seq_factor = att.seq_kv / (att.seq_kv + _ATTN_SEQ_HALF)
+        eff = max(base * head_factor * seq_factor / (4096 / (4096 + _ATTN_SEQ_HALF)), 0.02)
+        if alibi:
+            eff *= cal.alibi_attention_factor
+        precision = "fp32" if op.precision == "fp32" else "bf16"  # attention is 16-bit in FP8 runs too
+        peak = self._peaks.get(precision) or self.peak(precision)
+        memory_s = op.bytes_moved / self._bandwidth
+        # The softmax's exponentials run on the special-function units, which flash attention cannot fully hide
+        # behind the tensor cores (FlashAttention-3/4 papers: the exp throughput bounds attention at head dim
+        # 128 on Hopper and Blackwell); backward recomputes them once.
+        exp_s = 0.0
+        gpu = self.gpu
+        if gpu.exp_tera_per_s > 0:
+            exp_s = att.batch * att.heads * att.seq_q * att.seq_kv * causal / (gpu.exp_tera_per_s * 1e12)
+        return max(flops / (peak * eff) + exp_s, memory_s) + self._launch
+
+    def scan_s(self, op: Op) -> float:
+        peak = self.peak("fp32" if op.precision == "fp32" else "bf16")  # 16-bit in FP8 runs too
+        compute_s = op.flops / (peak * SCAN_EFFICIENCY)
+        memory_s = op.bytes_moved / self._bandwidth
+        return max(compute_s, memory_s) + self._launch * max(1, op.host_ops)
+
+    def elementwise_s(self, op: Op) -> float:
+        moved = op.bytes_moved
+        if moved <= 0:
+            return 0.0
+        return moved / self._bandwidth + self._launch
+
+
+_GEMM, _ATTENTION, _ELEMENTWISE, _SCAN = OpKind.GEMM, OpKind.ATTENTION, OpKind.ELEMENTWISE, OpKind.SCAN
+_FORWARD = Phase.FORWARD
+
+
 def compute_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
-    if op.kind is OpKind.GEMM:
-        return gemm_time_s(op, gpu, cal)
-    if op.kind is OpKind.ATTENTION:
-        return attention_time_s(op, gpu, cal)
-    if op.kind is OpKind.ELEMENTWISE:
-        return elementwise_time_s(op, gpu, cal)
-    if op.kind is OpKind.SCAN:
-        return scan_time_s(op, gpu, cal)
-    raise ValueError(f"not a compute operator: {op.name} ({op.kind})")
+    return OpClock(gpu, cal)(op)
 
 
 __all__ = [
     "FP8",
+    "OpClock",
     "activation_quantize_s",
     "any_layout_fp8",
     "compute_time_s",
