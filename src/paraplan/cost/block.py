@@ -333,14 +333,13 @@ def _phase_times(
     from the sync on they launch eagerly. Without the sync (drop-and-pad) MoE ops queue like any other.
     """
     out = _PhaseTime()
+    # the context read once per phase, not per op
+    graphs, host_sync, timer, cal = ctx.cuda_graphs, ctx.moe_host_sync, ctx.timer, ctx.cal
     issued = finish = gpu = exposed_in_queue = 0.0
-    if ctx.cuda_graphs:
+    if graphs:
         issued = host_s_per_op  # the graph launch
     synced = False
     deferred: dict[str, float] = {}
-    # the context read once per phase, not per op
-    graphs, host_sync, timer = ctx.cuda_graphs, ctx.moe_host_sync, ctx.timer
-    cal = ctx.cal
     if clock is None:
         clock = OpClock(ctx.system.gpu, cal)
     gemm_time = clock.gemm_s  # most of a block's compute ops: called without the dispatch
@@ -386,10 +385,13 @@ def _phase_times(
         else:
             issued += host_s
             finish = (issued if issued > finish else finish) + seconds  # max(finish, issued)
-        if kind is _ATTENTION or (kind is _GEMM and is_weightless_gemm(op)):
+        if kind is _GEMM:
+            if is_weightless_gemm(op):  # the attention's batched matmuls
+                attention_s += seconds
+            else:
+                gemm_s += seconds
+        elif kind is _ATTENTION:
             attention_s += seconds
-        elif kind is _GEMM:
-            gemm_s += seconds
     out.attention_s, out.gemm_s, out.profiled_s = attention_s, gemm_s, profiled_s
     compute = finish - exposed_in_queue
     hidden = 0.0
@@ -490,7 +492,9 @@ def block_cost(
         bwd = _phase_times(b_ops, ctx, host * ctx.cal.host_backward_factor)
         wgt = _phase_times(w_ops, ctx, host * ctx.cal.host_backward_factor)
     else:
-        fwd, bwd, wgt = (_own_copy(p) for p in (phases.forward, phases.backward_input, phases.backward_weight))
+        fwd, bwd, wgt = phases.forward, phases.backward_input, phases.backward_weight
+        if bwd.async_tp_s or recompute == OFFLOAD:  # changed below: copies of their own (else read only)
+            fwd, bwd, wgt = _own_copy(fwd), _own_copy(bwd), _own_copy(wgt)
         known_s = dict(phases.op_seconds) if redo else None
     memory = memory if memory is not None else block_memory(forward, recompute, layer_input_bytes)
     if len(redo) == len(forward) and all(a is b for a, b in zip(redo, forward, strict=True)):

@@ -94,8 +94,13 @@ def timed_collective(
     if lookup is not None:
         answer = lookup(CommShape(kind, axis, group.size, nbytes, routing), group, system)
     if isinstance(answer, Modelled):
-        return collective_time_s(kind, nbytes, group, system, cal, routing), f"{MODELLED}:{answer.value}"
+        return collective_time_s(kind, nbytes, group, system, cal, routing), _MODELLED_SOURCE[answer]
     return answer[0], f"{MEASURED}:{answer[1]}"
+
+
+_MODELLED_SOURCE = {why: f"{MODELLED}:{why.value}" for why in Modelled}  # the sources, built once (an enum's
+# `.value` is a property: about a microsecond per collective, issue 35)
+_KIND_VALUE = {kind: kind.value for kind in CommKind}
 
 
 SourceKey = tuple[str, str, str]
@@ -105,7 +110,7 @@ SourceKey = tuple[str, str, str]
 def record(into: dict[SourceKey, float], label: str, kind: CommKind, source: str, seconds: float) -> None:
     """Add `seconds` of a collective to `into` under its axis label ("tp", "dp", "fsdp", ...), kind and source."""
     if seconds > 0 and source:
-        key = (label, kind.value, source)
+        key = (label, _KIND_VALUE[kind], source)
         into[key] = into.get(key, 0.0) + seconds
 
 

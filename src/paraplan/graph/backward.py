@@ -28,10 +28,15 @@ SCAN_BACKWARD_FLOPS = 2.5
 ELEMENTWISE_BACKWARD_TRAFFIC = 1.5  # read the saved input and the output gradient, write the input gradient
 
 
+# the names with and without the MTP module's prefix: `name.removeprefix("mtp_") in WEIGHTLESS_GEMMS`, one lookup
+_WEIGHTLESS_NAMES = WEIGHTLESS_GEMMS | {f"mtp_{name}" for name in WEIGHTLESS_GEMMS}
+_GEMM = OpKind.GEMM
+
+
 def is_weightless_gemm(op: Op) -> bool:
     """A batched matmul of two activations (attention scores and context, an MTP module's too): no weight, so no
     weight gradient and no parameters."""
-    return op.kind is OpKind.GEMM and op.name.removeprefix("mtp_") in WEIGHTLESS_GEMMS
+    return op.kind is _GEMM and op.name in _WEIGHTLESS_NAMES
 
 
 _MIRROR = {
