@@ -18,7 +18,7 @@ from paraplan.cost.quantize import (
     weight_quantize_bytes,
 )
 from paraplan.graph.backward import is_weightless_gemm
-from paraplan.graph.ops import GemmShape, Op, OpKind, Phase
+from paraplan.graph.ops import Op, OpKind, Phase
 from paraplan.specs.system import GpuSpec
 
 FP8 = frozenset({"fp8", "fp8_cs", "fp8_blockwise", "mxfp8"})
@@ -48,10 +48,6 @@ _ATTN_SEQ_HALF = 384.0
 
 
 _K_REF_FACTOR = _K_REF / (_K_REF + _K_HALF)
-
-
-def gemm_efficiency(shape: GemmShape, gpu: GpuSpec, precision: str, cal: Calibration) -> float:
-    return OpClock(gpu, cal).gemm_efficiency(shape, precision)
 
 
 def any_layout_fp8(gpu: GpuSpec) -> bool:
@@ -176,28 +172,24 @@ class OpClock:
             return self.scan_s(op)
         raise ValueError(f"not a compute operator: {op.name} ({kind})")
 
-    def gemm_efficiency(self, shape: GemmShape, precision: str) -> float:
-        cal = self.cal
-        # No published NVFP4 GEMM efficiency relative to its peak was found: FP4 GEMMs take the fitted FP8 one.
+    def gemm_s(self, op: Op) -> float:
+        shape = op.gemm
+        assert shape is not None
+        precision, cal = op.precision, self.cal
+        m, n, k, count = shape.m, shape.n, shape.k, shape.count
+        peak = self._peaks.get(precision) or self.peak(precision)
+        # The efficiency. No published NVFP4 GEMM efficiency relative to its peak was found: FP4 GEMMs take the
+        # fitted FP8 one.
         base = cal.fp8_gemm_efficiency if precision in FP8 or precision in FP4 else cal.gemm_efficiency
         # wave quantisation: the last wave of output tiles leaves SMs idle
         tile_m, tile_n, sm_count = self._tile_m, self._tile_n, self._sm_count
-        m, n = shape.m, shape.n
         tiles_m, tiles_n = math.ceil(m / tile_m), math.ceil(n / tile_n)
-        tiles = tiles_m * tiles_n * shape.count
+        tiles = tiles_m * tiles_n * count
         waves = math.ceil(tiles / sm_count)
         fill = tiles / (waves * sm_count)
         # Padding waste inside tiles for dims that are not tile multiples.
         pad = (m / (tiles_m * tile_m)) * (n / (tiles_n * tile_n))
-        k_factor = shape.k / (shape.k + _K_HALF)
-        return base * (fill * (0.5 + 0.5 * pad)) * k_factor / _K_REF_FACTOR
-
-    def gemm_s(self, op: Op) -> float:
-        shape = op.gemm
-        assert shape is not None
-        precision = op.precision
-        peak = self._peaks.get(precision) or self.peak(precision)
-        eff = self.gemm_efficiency(shape, precision)
+        eff = base * (fill * (0.5 + 0.5 * pad)) * (k / (k + _K_HALF)) / _K_REF_FACTOR
         if eff < 0.02:  # max(eff, 0.02)
             eff = 0.02
         if op.phase is not _FORWARD and not is_weightless_gemm(op):
@@ -206,13 +198,12 @@ class OpClock:
         # operands as the GEMM reads them: quantised (data and block scales), or 16/32-bit
         element_bytes = recipe.element_bytes if recipe is not None else 4 if precision == "fp32" else 2
         out_bytes = 4 if precision == "fp32" else 2
-        m, n, k, count = shape.m, shape.n, shape.k, shape.count
         io_bytes = element_bytes * (m * k + k * n) * count + out_bytes * m * n * count
         compute_s = op.flops / (peak * eff)
         memory_s = io_bytes / self._bandwidth
         if recipe is None:  # 16-bit: no quantisation kernels (x + 0.0 is x: no term to add)
             return max(compute_s, memory_s) + self._launch
-        return max(compute_s, memory_s) + activation_quantize_s(op, self.gpu, self.cal) + self._launch
+        return max(compute_s, memory_s) + activation_quantize_s(op, self.gpu, cal) + self._launch
 
     def attention_s(self, op: Op) -> float:
         att = op.attention
@@ -271,7 +262,6 @@ __all__ = [
     "activation_quantize_s",
     "any_layout_fp8",
     "compute_time_s",
-    "gemm_efficiency",
     "optimizer_time_s",
     "weight_quantize_s",
 ]
