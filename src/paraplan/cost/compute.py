@@ -83,7 +83,7 @@ def weight_quantize_s(precision: str, weight_elements: float, gpu: GpuSpec, cal:
 
 
 def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
-    return OpClock(gpu, cal).gemm_s(op)
+    return clock_of(gpu, cal).gemm_s(op)
 
 
 # Flash attention's rate against head dim, relative to 128: (d / 128) ** 0.26 for the head dims kernels are
@@ -107,7 +107,7 @@ def _head_dim_factor(head_dim: float, exponent: float = _HEAD_DIM_EXPONENT) -> f
 
 
 def attention_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
-    return OpClock(gpu, cal).attention_s(op)
+    return clock_of(gpu, cal).attention_s(op)
 
 
 # The chunked scans of Mamba-2 (SSD, mamba_ssm's Triton `mamba_chunk_scan_combined`) and Gated DeltaNet (fla's
@@ -125,12 +125,12 @@ SCAN_EFFICIENCY = 0.12
 
 def scan_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     """A chunked scan: a roofline at `SCAN_EFFICIENCY`, plus a launch floor per kernel of the scan."""
-    return OpClock(gpu, cal).scan_s(op)
+    return clock_of(gpu, cal).scan_s(op)
 
 
 def elementwise_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
     """Bytes over bandwidth, plus the kernel floor when the op launches a kernel (a view moves nothing)."""
-    return OpClock(gpu, cal).elementwise_s(op)
+    return clock_of(gpu, cal).elementwise_s(op)
 
 
 def optimizer_time_s(params: float, gpu: GpuSpec, cal: Calibration) -> float:
@@ -252,8 +252,22 @@ _GEMM, _ATTENTION, _ELEMENTWISE, _SCAN = OpKind.GEMM, OpKind.ATTENTION, OpKind.E
 _FORWARD = Phase.FORWARD
 
 
+_LAST_CLOCK: list[OpClock] = []
+
+
+def clock_of(gpu: GpuSpec, cal: Calibration) -> OpClock:
+    """An `OpClock` of `gpu` and `cal`: the last one made here when it is of these very objects (the callers that
+    time op by op, `compute_time_s`, pass the same GPU and calibration op after op)."""
+    last = _LAST_CLOCK[0] if _LAST_CLOCK else None
+    if last is not None and last.gpu is gpu and last.cal is cal:
+        return last
+    clock = OpClock(gpu, cal)
+    _LAST_CLOCK[:] = [clock]
+    return clock
+
+
 def compute_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
-    return OpClock(gpu, cal)(op)
+    return clock_of(gpu, cal)(op)
 
 
 __all__ = [
