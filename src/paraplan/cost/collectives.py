@@ -98,8 +98,8 @@ def timed_collective(
     return answer[0], f"{MEASURED}:{answer[1]}"
 
 
-_MODELLED_SOURCE = {why: f"{MODELLED}:{why.value}" for why in Modelled}  # the sources, built once (an enum's
-# `.value` is a property: about a microsecond per collective, issue 35)
+# the modelled sources and the kinds' names, built once: an enum's `.value` is a property (issue 35)
+_MODELLED_SOURCE = {why: f"{MODELLED}:{why.value}" for why in Modelled}
 _KIND_VALUE = {kind: kind.value for kind in CommKind}
 
 
