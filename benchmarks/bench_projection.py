@@ -145,7 +145,7 @@ summary fused into one compiled call.
 
 A block's ops costed as arrays, measured and not kept; the per-op Python made cheaper instead (issue 35, branch
 coldfast, 2026-12-06; every public.csv projection identical to main d19e9ba's by --identical, 3,654 compared, and
-`paraplan validate` on public.csv the same to the byte). `--profile` before, main d19e9ba (2.85 s profiled, 151 rows
+`paraplan validate` on public.csv the same to the byte; again after rebasing on c2da233, against c2da233). `--profile` before, main d19e9ba (2.85 s profiled, 151 rows
 x 3; shares of project_specs): stage and block costs 41.1% (a block's operators 7.7%, its phases timed per op 14.2%,
 block_cost 4.9%), the simulation 33.6% (plan 13.8%, timeline 8.0%, tables 6.0%, summary 4.0%), model FLOPs 5.6%,
 memory 4.6%, layouts 4.2%, calibration 2.3%. Per projection a block's phases are timed under one context (pp 1: 34%
@@ -174,6 +174,9 @@ Measured 03:06 (load average 2.6-2.8: another helper held a core), --baseline-re
   llama3.1-405b, cold:                     2.951 ms, baseline 3.153 ms: 1.07x (target <= 5 ms: met)
   llama3.1-405b, cold, schedules kept:     2.086 ms, baseline 2.172 ms: 1.04x
   llama3.1-405b, warm:                     0.888 ms, baseline 0.918 ms: 1.03x
+At load 2.8-3.2 the same measure reads 1.02-1.05x on the public rows and swings the 405b's (five projections a
+run) from 0.4x to 1.07x; the minimum of 40 cold 405b projections in one process, alternating (03:24): cold 3.28-3.31
+ms on d19e9ba, 2.76-2.95 ms here; schedules kept 1.94-2.04 ms, 1.87-1.93 ms.
 What is left in the costing is the per-op Python at its floor for `Op` objects (about 0.45 us an op in the phase
 loop, 0.5-0.8 us an op's seconds, 1.1 us to build an op, a backward op too): the next step is the ops built as
 arrays by the graph builders (a block's forward and backward as columns, `Op`s made only for the fitted-profile path
