@@ -145,25 +145,25 @@ summary fused into one compiled call.
 
 A block's ops costed as arrays, measured and not kept; the per-op Python made cheaper instead (issue 35, branch
 coldfast, 2026-12-06; every public.csv projection identical to main d19e9ba's by --identical, 3,654 compared, and
-`paraplan validate` on public.csv the same to the byte; again after rebasing on c2da233, against c2da233). `--profile` before, main d19e9ba (2.85 s profiled, 151 rows
-x 3; shares of project_specs): stage and block costs 41.1% (a block's operators 7.7%, its phases timed per op 14.2%,
-block_cost 4.9%), the simulation 33.6% (plan 13.8%, timeline 8.0%, tables 6.0%, summary 4.0%), model FLOPs 5.6%,
-memory 4.6%, layouts 4.2%, calibration 2.3%. Per projection a block's phases are timed under one context (pp 1: 34%
-of the public rows) or two (the slowest chip's and the typical one's). The arrays: a table of a block's ops over
-its three phases (`OpTable`: FLOPs, bytes, GEMM dims, which efficiency and cap apply ...) built once per (kind,
-model, shard), its GPU's terms (peaks, wave fill, the exponentials) once per GPU, then every op's seconds in one
-numpy pass of about 20 calls, bit-identical to `compute_time_s` on all 46,385 ops of the public.csv blocks (both
-calibrations). On the median public row's GPT layer (32 compute ops and 4 collectives): the numpy pass 8.8 us
-against 37 us per op in Python, but building the table from the `Op` objects 73 us and the GPU's terms 18 us:
-reading the ops' fields costs as much as the formulas, and a table serves at most two contexts in a cold
-projection (the tuner's blocks too: a block context follows from the shard's own axes). It never pays, so it is not
-kept; it would where the graph builders emit the ops as arrays in the first place. What changed instead: the op
-formulas are one class, `cost.compute.OpClock`, made once per block and context, which reads the peaks per
-precision, the bandwidth and the GEMM tile once, with the GEMM's efficiency inline (the unused `gemm_efficiency`
-function removed; `compute_time_s` and the other functions call it); the phase loop calls GEMMs without the
-dispatch, reads the context once and files a GEMM by one weightless test (`is_weightless_gemm`: one set lookup, the
-MTP names included); `block_cost` copies the shared phases only where it changes them; the collectives' source and
-kind strings are built once (an enum's `.value` is a property); a backward collective's shape is built positionally.
+`paraplan validate` on public.csv the same to the byte; again after rebasing on c2da233, against c2da233). `--profile`
+before, main d19e9ba (2.85 s profiled, 151 rows x 3; shares of project_specs): stage and block costs 41.1% (a block's
+operators 7.7%, its phases timed per op 14.2%, block_cost 4.9%), the simulation 33.6% (plan 13.8%, timeline 8.0%, tables
+6.0%, summary 4.0%), model FLOPs 5.6%, memory 4.6%, layouts 4.2%, calibration 2.3%. Per projection a block's phases are
+timed under one context (pp 1: 34% of the public rows) or two (the slowest chip's and the typical one's). The arrays: a
+table of a block's ops over its three phases (`OpTable`: FLOPs, bytes, GEMM dims, which efficiency and cap apply ...)
+built once per (kind, model, shard), its GPU's terms (peaks, wave fill, the exponentials) once per GPU, then every op's
+seconds in one numpy pass of about 20 calls, bit-identical to `compute_time_s` on all 46,385 ops of the public.csv
+blocks (both calibrations). On the median public row's GPT layer (32 compute ops and 4 collectives): the numpy pass 8.8
+us against 37 us per op in Python, but building the table from the `Op` objects 73 us and the GPU's terms 18 us: reading
+the ops' fields costs as much as the formulas, and a table serves at most two contexts in a cold projection (the tuner's
+blocks too: a block context follows from the shard's own axes). It never pays, so it is not kept; it would where the
+graph builders emit the ops as arrays in the first place. What changed instead: the op formulas are one class,
+`cost.compute.OpClock`, made once per block and context, which reads the peaks per precision, the bandwidth and the GEMM
+tile once, with the GEMM's efficiency inline (the unused `gemm_efficiency` function removed; `compute_time_s` and the
+other functions call it); the phase loop calls GEMMs without the dispatch, reads the context once and files a GEMM by
+one weightless test (`is_weightless_gemm`: one set lookup, the MTP names included); `block_cost` copies the shared
+phases only where it changes them; the collectives' source and kind strings are built once (an enum's `.value` is a
+property); a backward collective's shape is built positionally.
 A block's phases (min of 30 x 200 calls, same machine, vs d19e9ba): the GPT layer 60.0 -> 44.1 us, the head 17.8 ->
 14.9 us, the embedding 10.7 -> 9.5 us. `--profile` after (1.82 s profiled; the baseline in the same minute 1.99 s):
 stage and block costs 38.3% (operators 7.5%, phases 11.8%, block_cost 4.1%), the simulation 37.0% (plan 14.3%,
