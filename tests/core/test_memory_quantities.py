@@ -187,6 +187,31 @@ def test_fsdp2_root_unit_gathered_with_the_last_block() -> None:
     assert titan["weights"] - plain["weights"] == pytest.approx(2 * (root + layer - 2 * layer), rel=0.02)
 
 
+def test_fsdp2_all_gather_stream_pool_is_reserved() -> None:
+    """FSDP2 all-gathers on its copy-in stream, whose blocks no compute-stream tensor can reuse: the pool's forward
+    high-water mark (the root's output with the first block's input and output: world x shard elements each, plus the
+    shard copied in) stays reserved, idle at the loss; one pool per pipeline chunk (each its own FSDP root); none
+    outside torchtitan, with one rank per shard group, or without sharded parameters."""
+    common = dict(**LLAMA_8B, gpus=8, fsdp=True, zero_stage=3, mbs=1, gbs=8, seq=4096)
+    titan = memory(**common, framework="torchtitan").ranks[0]
+    root = 2 * 128256 * 4096  # embedding and output, untied
+    layer = 218_112_000  # one Llama 3.1 8B block's linear weights
+    assert titan.parts["allocator_all_gather_pool"] == pytest.approx(2 * (root + layer * (1 + 1 / 8)), rel=0.01)
+    assert titan.reserved_bytes - titan.allocated_bytes == pytest.approx(
+        titan.parts["allocator_fragmentation"] + titan.parts["allocator_cached_logits"]
+        + titan.parts["allocator_all_gather_pool"]
+    )  # fmt: skip
+    piped = memory(
+        **{**common, "gpus": 16, "gbs": 16}, pp=2, vpp=2, pipeline_schedule="interleaved", framework="torchtitan"
+    )
+    first = piped.ranks[0].parts["allocator_all_gather_pool"]  # chunk 0 (the embedding) and chunk 2 (blocks only)
+    assert first == pytest.approx(2 * (root / 2 + layer * (1 + 1 / 8)) + 2 * layer * (2 + 1 / 8), rel=0.01)
+    assert memory(**common, framework="megatron-lm").ranks[0].parts["allocator_all_gather_pool"] == 0
+    assert memory(**{**common, "gpus": 1}, framework="torchtitan").ranks[0].parts["allocator_all_gather_pool"] == 0
+    unsharded = {**common, "fsdp": False, "zero_stage": 1}
+    assert memory(**unsharded, framework="torchtitan").ranks[0].parts["allocator_all_gather_pool"] == 0
+
+
 def test_torchtitan_reserved_holds_the_16bit_logits_block() -> None:
     """torchtitan's `self.output(h).float()` frees the head's 16-bit logits into a block no fp32 loss tensor can
     reuse: the caching allocator keeps it reserved at the loss's peak, 2 bytes per local logit on the rank with the

@@ -10,7 +10,8 @@ Three nested quantities per GPU (`RankMemory`):
   as `mem-max-allocated-bytes`): the parts in `ALLOCATED_PARTS`;
 - reserved: what PyTorch's caching allocator holds at its peak (`memory_stats()['reserved_bytes.all.peak']`,
   what torchtitan logs): allocated plus the blocks the allocator holds idle, its fragmentation and the freed
-  16-bit logits under torchtitan (`RESERVED_PARTS`, `cached_logits_bytes`);
+  16-bit logits under torchtitan and FSDP2's all-gather stream pool (`RESERVED_PARTS`, `cached_logits_bytes`,
+  `memory.fsdp2.all_gather_pool_bytes`);
 - on the device (`total_bytes`, what the FITS/OOM verdict compares with HBM): reserved plus what lives
   outside the allocator, the CUDA context, library workspaces and NCCL's buffers (`DEVICE_PARTS`).
 """
@@ -27,6 +28,7 @@ from paraplan.cost.block import gathered_params
 from paraplan.fastinit import fastinit
 from paraplan.graph import kinds as K
 from paraplan.memory.blocks import weight_params
+from paraplan.memory.fsdp2 import all_gather_pool_bytes
 from paraplan.memory.loss import loss_extra_bytes_per_logit
 from paraplan.memory.zero3 import kept_tail_params, live_params, zero3_state_bytes
 from paraplan.specs.training import DEEPSPEED_FRAMEWORKS, TrainingSpec
@@ -62,7 +64,7 @@ ALLOCATED_PARTS = (
     "loss_working_set",
     "unsharded_params_and_grads", "communication_buffers", "attention_score_buffer",
 )  # fmt: skip
-RESERVED_PARTS = ("allocator_fragmentation", "allocator_cached_logits")
+RESERVED_PARTS = ("allocator_fragmentation", "allocator_cached_logits", "allocator_all_gather_pool")
 DEVICE_PARTS = ("cuda_context_and_nccl",)
 
 
@@ -389,12 +391,14 @@ def rank_memory(
     backward_grad_bytes: float = 0.0,
     fragmentation: float = FRAGMENTATION,
     score_buffer_bytes: float = 0.0,
+    all_gather_pool_bytes: float = 0.0,
 ) -> RankMemory:
     """The parts of one GPU. A layer's backward (the saved tensors of the layer it recomputes, the activation gradients
     in flight, `memory.blocks.backward_transient_bytes`, and the unsharded weight gradients that `backward_grad_bytes`
     of `states["gradients"]` stand for) and the loss's transient (`memory.loss`) are not live at once;
     `loss_working_set` is what the loss needs beyond the backward's working sets, so the parts add up to the larger.
-    `fragmentation`: the allocator's holes as a share of the activations (`fragmentation_share`)."""
+    `fragmentation`: the allocator's holes as a share of the activations (`fragmentation_share`);
+    `all_gather_pool_bytes`: FSDP2's all-gather stream pool (`memory.fsdp2`), reserved whatever the moment."""
     parts = dict(states)
     parts["activations"] = activation_bytes
     parts["recompute_working_set"] = recompute_working_bytes
@@ -406,6 +410,7 @@ def rank_memory(
     parts["attention_score_buffer"] = score_buffer_bytes
     parts["allocator_fragmentation"] = fragmentation * activation_bytes
     parts["allocator_cached_logits"] = cached_logits_bytes
+    parts["allocator_all_gather_pool"] = all_gather_pool_bytes
     parts["cuda_context_and_nccl"] = CUDA_CONTEXT_BYTES
     return RankMemory(rank=rank, parts=parts)
 
@@ -449,11 +454,14 @@ class RankStates:
     cached_logits_bytes: float = 0.0
     backward_grad_bytes: float = 0.0
     """The part of `states["gradients"]` live only in the backward (`fsdp_unsharded_grad_bytes`)."""
+    all_gather_pool_bytes: float = 0.0
+    """FSDP2's all-gather stream pool (`memory.fsdp2.all_gather_pool_bytes`)."""
 
 
 RankStatesCache = dict[tuple[float, ...], RankStates]
-"""`RankStates` by a rank's (dense, expert, edge parameters, loss logits, largest layer's parameters): valid for one
-model, shard and training spec but for its recompute settings (`tune.memfilter.GroupMemory` holds one per structure)."""
+"""`RankStates` by a rank's (dense, expert, edge parameters, loss logits, largest layer's parameters and, for a rank of
+several chunks, each chunk's edge parameters): valid for one model, shard and training spec but for its recompute
+settings (`tune.memfilter.GroupMemory` holds one per structure)."""
 
 
 def pipeline_memory(
@@ -510,7 +518,7 @@ def pipeline_memory(
             parts = rank_memory(
                 r, *held, cached_logits_bytes=rank.cached_logits_bytes, backward_transient_bytes=max_transient,
                 backward_grad_bytes=rank.backward_grad_bytes, fragmentation=fragmentation,
-                score_buffer_bytes=score_buffer,
+                score_buffer_bytes=score_buffer, all_gather_pool_bytes=rank.all_gather_pool_bytes,
             ).parts  # fmt: skip
             found = alike[key] = (parts, sum(parts.values()))
         memory = RankMemory(r, found[0])
@@ -539,6 +547,7 @@ def _ranks_states(
     out = []
     for row in holder:
         held: tuple[int, ...] = ()
+        chunk_edges: tuple[float, ...] = ()  # each chunk's edge parameters, for a rank of several
         if len(row) == 1:  # one stage: its figures as they are (a sum of one is that one, to the bit)
             one = stages[row[0]]
             dense, expert, edge, logits = one.dense_params, one.expert_params, one.edge_params, one.loss_logits
@@ -559,12 +568,15 @@ def _ranks_states(
                     logits = stage.loss_logits
             if logits is None:
                 logits = 0.0
-        key = (dense, expert, edge, logits, max_layer_params)
+            chunk_edges = tuple([stages[i].edge_params for i in row])
+        key = (dense, expert, edge, logits, max_layer_params, *chunk_edges)
         rank = cache.get(key)
         if rank is None:
             if gathered is None:
                 gathered = _gathered_params(model, shard, train, max_layer_params)
-            rank = cache[key] = _rank_states(train, dense, expert, edge, logits, max_layer_params, gathered)
+            rank = cache[key] = _rank_states(
+                train, dense, expert, edge, logits, max_layer_params, gathered, chunk_edges or (edge,)
+            )
         if held:
             by_stages[held] = rank
         out.append(rank)
@@ -601,6 +613,7 @@ def states_floor_bytes(
                 comm_buffers,
                 cached_logits_bytes=rank.cached_logits_bytes,
                 score_buffer_bytes=score_buffer,
+                all_gather_pool_bytes=rank.all_gather_pool_bytes,
             ).total_bytes
         out.append(floor)
     return out
@@ -663,8 +676,10 @@ def _rank_states(
     logits: float,
     max_layer_params: float,
     gathered: float,
+    chunk_edges: tuple[float, ...],
 ) -> RankStates:
-    """The `RankStates` of a rank with these parameters (dense, expert, outside the layers) and loss logits."""
+    """The `RankStates` of a rank with these parameters (dense, expert, outside the layers; `chunk_edges`: those
+    outside the layers of each of its chunks) and loss logits."""
     rank_gathered = gathered and max(gathered, root_unit_gathered(train, edge, max_layer_params))
     zero2_grads = zero2_unsharded_grad_params(train, max_layer_params)
     states = state_bytes(
@@ -677,4 +692,5 @@ def _rank_states(
         kept_output_bytes=kept_pipeline_output_bytes(train, logits),
         unsharded_bytes=unsharded_stage_bytes(dense, expert, train),
         cached_logits_bytes=cached_logits_bytes(train, logits),
+        all_gather_pool_bytes=all_gather_pool_bytes(train, chunk_edges, max_layer_params),
     )
