@@ -49,13 +49,23 @@ def test_deepspeed_zero3_fp32_training_keeps_no_separate_master() -> None:
 
 def test_fsdp2_unsharded_gradients_are_not_live_at_the_loss() -> None:
     """torchtitan's FSDP2: the root unit (embedding, norm, head) and the last block stay gathered through the loss;
-    their 16-bit gradients appear only in the backward. The loss's transient (12 bytes per logit past the 4 saved
-    ones without TP) is counted beyond the backward's working sets, the unsharded gradients among them."""
+    their 16-bit gradients appear only in the backward, the embedding's after every block's, beside the previous
+    block's fp32 reduce-scatter input. The loss's transient (12 bytes per logit past the 4 saved ones without TP) is
+    counted beyond the backward's working sets, the unsharded gradients among them."""
     result = memory(**COMMON, framework="torchtitan", recompute_granularity="full")
     parts = result.peak.parts
     gathered = 2 * VOCAB * H + LAYER
     assert parts["weights"] == pytest.approx(4 * PARAMS / DP + 2 * gathered, rel=1e-4)
-    assert parts["gradients"] == pytest.approx(4 * PARAMS / DP + 2 * gathered, rel=1e-4)
+    in_backward = 2 * (gathered - VOCAB * H) + 4 * LAYER  # the head's and the block's; the reduce-scatter input
+    assert parts["gradients"] == pytest.approx(4 * PARAMS / DP + in_backward, rel=1e-4)
     logits = 4096 * VOCAB
-    backward = parts["recompute_working_set"] + parts["backward_working_set"] + 2 * gathered
+    backward = parts["recompute_working_set"] + parts["backward_working_set"] + in_backward
     assert parts["loss_working_set"] == pytest.approx(max(0.0, 8 * logits - backward), rel=1e-6)
+
+
+def test_fsdp2_under_pp_holds_the_block_in_backward_16bit_gradients() -> None:
+    """torchtitan's FSDP2 under PP keeps the stage gathered (`unsharded_params_and_grads`) and accumulates in fp32
+    there; in a block's backward its 16-bit gradients are live until its post-backward adds them in: 2 bytes per
+    parameter of one block, the gradients' only part beyond the sharded fp32 ones (the weights' only part is theirs)."""
+    parts = memory(**{**COMMON, "gpus": 4 * DP}, pp=4, framework="torchtitan").ranks[1].parts
+    assert parts["gradients"] - parts["weights"] == pytest.approx(2 * LAYER, rel=1e-6)

@@ -49,3 +49,24 @@ def all_gather_pool_bytes(train: TrainingSpec, chunk_edge_params: Sequence[float
         max(edge * (1.0 + copied_input), max(edge, unit) + unit * (1.0 + copied_input)) for edge in chunk_edge_params
     )
     return float(train.param_gather_bytes * sum(per_chunk))
+
+
+def backward_grad_bytes(
+    train: TrainingSpec, gathered_params: float, late_params: float, layer_params: float, param_bytes: int
+) -> float:
+    """The gradients beyond the sharded ones live in a block's backward under torchtitan's FSDP2 without PP, whose
+    gathered parameters are the root unit's and the block's (`gathered_params`, `memory.model.root_unit_gathered`):
+    - autograd writes their gradients, `param_bytes` each (the compute dtype), into `unsharded_param.grad`; a block's
+      leave in its `post_backward` (`RegisterPostBackwardFunction` on the block's inputs), the root's only in the
+      final callback (`FSDPState._root_post_backward_final_callback`: the root's input, token ids, needs no
+      gradient), and the embedding's (`late_params`) comes from the backward's last node, after every block's;
+    - a block's `post_backward` copies its gradients into a new reduce-scatter input of the unit's size in the reduce
+      dtype (`_fsdp_collectives.foreach_reduce`: `reduce_scatter_comm.allocate` on the compute stream, then
+      `foreach_reduce_scatter_copy_in`'s `chunk_cat`; fp32 under torchtitan's `mixed_precision_reduce`) and keeps it
+      in `comm_ctx.reduce_scatter_states` until the next block's `post_backward` frees it (at most
+      `reduce_scatter_max_input_buffers`, 1 by default, `FSDPParamGroup.post_backward`): live through the next
+      block's backward. Counted whole beside every saved activation at the backward's moment (`memory.model.
+      rank_memory`): an upper bound, by at most the saved tensors of the block whose backward comes first;
+    - the reduce-scatter output (the unit's shard in the reduce dtype) becomes the sharded gradient (`foreach_reduce`
+      `as_strided` views of `reduce_output`), already `state_bytes`' 4 bytes per sharded parameter."""
+    return param_bytes * (gathered_params - late_params) + train.grad_reduce_bytes * layer_params

@@ -27,8 +27,8 @@ import numpy as np
 from paraplan.cost.block import gathered_params
 from paraplan.fastinit import fastinit
 from paraplan.graph import kinds as K
+from paraplan.memory import fsdp2
 from paraplan.memory.blocks import weight_params
-from paraplan.memory.fsdp2 import all_gather_pool_bytes
 from paraplan.memory.loss import loss_extra_bytes_per_logit
 from paraplan.memory.zero3 import kept_tail_params, live_params, zero3_state_bytes
 from paraplan.specs.training import DEEPSPEED_FRAMEWORKS, TrainingSpec
@@ -219,13 +219,16 @@ def state_bytes(
     expert_dp: int,
     gathered_params: float,
     unsharded_grad_params: float = 0.0,
+    fsdp_grad_bytes: float | None = None,
 ) -> dict[str, float]:
     """Weights, gradients and optimizer states on one GPU.
 
     `gathered_params`: under FSDP/ZeRO-3, parameters materialised at once (the unit being computed
-    and the one prefetched).
+    and the one prefetched; under torchtitan the root unit and one block, `root_unit_gathered`).
     `unsharded_grad_params`: under ZeRO-2 (`zero2_unsharded_grad_params`), parameters whose full gradients exist
     at once before their reduce-scatter.
+    `fsdp_grad_bytes`: under torch FSDP / Megatron-FSDP, the bytes of unsharded gradients in backward
+    (`fsdp_unsharded_grad_bytes`; by default the gathered parameters' in the weight dtype).
     """
     dp = train.dp * train.cp  # Megatron shards over the data-parallel group that includes CP
     fp32 = train.precision == "fp32"  # plain fp32: fp32 weights and grads, no separate master copy
@@ -245,7 +248,8 @@ def state_bytes(
         # `enable_cpu_offload`) keeps the sharded params and grads on the host too.
         return {
             "weights": weight_bytes * gathered_params + 4 * shard * on_gpu,
-            "gradients": 4 * shard * on_gpu + weight_bytes * gathered_params,
+            "gradients": 4 * shard * on_gpu
+            + (weight_bytes * gathered_params if fsdp_grad_bytes is None else fsdp_grad_bytes),
             "optimizer": 8 * shard * on_gpu,
         }
     weights = weight_bytes * (dense_params + expert_params)
@@ -273,15 +277,27 @@ def zero2_unsharded_grad_params(train: TrainingSpec, max_layer_params: float) ->
     return 2 * max_layer_params
 
 
-def fsdp_unsharded_grad_bytes(train: TrainingSpec, gathered_params: float) -> float:
+def fsdp_unsharded_grad_bytes(
+    train: TrainingSpec, gathered_params: float, late_params: float = 0.0, layer_params: float = 0.0
+) -> float:
     """The unsharded 16-bit gradients of torch FSDP's / Megatron-FSDP's gathered units (`state_bytes`): autograd
     writes a weight's gradient when the weight's own backward node runs (the LM head's after the loss's backward,
     torch autograd engine), and FSDP reduce-scatters a unit's gradients in its post-backward hook, so none is live
     while the loss's transient is: they belong to the backward's moment (`rank_memory`). 0 for DeepSpeed ZeRO-3,
-    whose gradient bucket is held for the run (`memory.zero3`), and without sharded parameters."""
+    whose gradient bucket is held for the run (`memory.zero3`), and without sharded parameters. Under torchtitan's
+    FSDP2: less the untied embedding's (`late_params`), plus the previous block's reduce-scatter input
+    (`memory.fsdp2.backward_grad_bytes`; `layer_params`: the largest block's); with the stage kept unsharded
+    (`keeps_stage_unsharded`), the block in backward's, until its `post_backward` adds them into the accumulator in
+    the reduce dtype and frees them (`FSDPParam.to_accumulated_grad_if_needed`, `accumulate_unsharded_grad_if_needed`;
+    the accumulators are `unsharded_stage_bytes`')."""
     if not train.shards_params or train.framework in DEEPSPEED_FRAMEWORKS:
         return 0.0
-    return (FP32_WEIGHT_BYTES if train.precision == "fp32" else WEIGHT_BYTES) * gathered_params
+    param_bytes = FP32_WEIGHT_BYTES if train.precision == "fp32" else WEIGHT_BYTES
+    if keeps_stage_unsharded(train):
+        return param_bytes * layer_params
+    if train.framework == "torchtitan":
+        return fsdp2.backward_grad_bytes(train, gathered_params, late_params, layer_params, param_bytes)
+    return param_bytes * gathered_params
 
 
 def keeps_stage_unsharded(train: TrainingSpec) -> bool:
@@ -298,7 +314,10 @@ def root_unit_gathered(train: TrainingSpec, edge_params: float, max_layer_params
     """torch FSDP2 as torchtitan applies it wraps each transformer block, then the model itself (`fully_shard(model)`
     in `apply_fsdp`, torchtitan@9dec370): the root unit is the embedding, final norm and output layer, gathered
     together at the start of forward and again of backward, when the loss's transient and the last block (kept
-    gathered after forward, `reshard_after_forward = layer_id < n_layers - 1`) are live with it. 0 for other
+    gathered after forward, `reshard_after_forward = layer_id < n_layers - 1`) are live with it. Beside the root, one
+    block at a time: a block's pre-forward or pre-backward copy-out (`FSDPParamGroup.wait_for_unshard`) allocates its
+    unsharded parameters after the block before it resharded (`post_forward` / `post_backward` -> `reshard()`); the
+    next block's prefetched all-gather output lives in the all-gather stream's pool (`memory.fsdp2`). 0 for other
     frameworks (Megatron-FSDP and ZeRO-3 gather per module)."""
     if not train.shards_params or train.framework != "torchtitan" or edge_params <= 0:
         return 0.0
@@ -543,6 +562,7 @@ def _ranks_states(
     """Each rank's `RankStates`, from `states_cache` where it holds them (filled in here)."""
     cache: RankStatesCache = {} if states_cache is None else states_cache
     gathered: float | None = None  # looked up once, when a rank's states are not cached
+    late = 0.0  # the untied embedding's parameters under torchtitan's FSDP2 (`_rank_states`), with `gathered`
     by_stages: dict[tuple[int, ...], RankStates] = {}  # ranks of several chunks holding the same footprint objects
     out = []
     for row in holder:
@@ -574,8 +594,9 @@ def _ranks_states(
         if rank is None:
             if gathered is None:
                 gathered = _gathered_params(model, shard, train, max_layer_params)
+                late = _embedding_table_params(model, shard) if gathered and train.framework == "torchtitan" else 0.0
             rank = cache[key] = _rank_states(
-                train, dense, expert, edge, logits, max_layer_params, gathered, chunk_edges or (edge,)
+                train, dense, expert, edge, logits, max_layer_params, gathered, chunk_edges or (edge,), late
             )
         if held:
             by_stages[held] = rank
@@ -646,6 +667,14 @@ def _gathered_params(model: ModelSpec, shard: Shard, train: TrainingSpec, max_la
     return gathered_params(train, max_layer_params)
 
 
+def _embedding_table_params(model: ModelSpec, shard: Shard) -> float:
+    """The embedding table's parameters on this GPU when not tied to the LM head (whose gradient the head's backward
+    writes early); 0 when tied."""
+    if model.tied_embeddings:
+        return 0.0
+    return float(K.layer_kind("embedding").params_of(model, shard) or 0)
+
+
 def zero3_live_params(model: ModelSpec, shard: Shard) -> float:
     """DeepSpeed ZeRO-3's gathered parameters at the loss (`memory.zero3.kept_tail_params`, `live_params`): the
     modules with weights in forward order are the decoder layers' GEMMs, then the LM head (DeepSpeed refuses ZeRO-3
@@ -677,20 +706,24 @@ def _rank_states(
     max_layer_params: float,
     gathered: float,
     chunk_edges: tuple[float, ...],
+    late_params: float = 0.0,
 ) -> RankStates:
     """The `RankStates` of a rank with these parameters (dense, expert, outside the layers; `chunk_edges`: those
-    outside the layers of each of its chunks) and loss logits."""
-    rank_gathered = gathered and max(gathered, root_unit_gathered(train, edge, max_layer_params))
+    outside the layers of each of its chunks) and loss logits; `late_params`: the untied embedding's, whose
+    gradient the backward writes last (`fsdp_unsharded_grad_bytes`)."""
+    rank_gathered = gathered and (root_unit_gathered(train, edge, max_layer_params) or gathered)  # torchtitan's root
+    fsdp_grads = fsdp_unsharded_grad_bytes(train, rank_gathered, late_params, max_layer_params)
     zero2_grads = zero2_unsharded_grad_params(train, max_layer_params)
     states = state_bytes(
-        dense, expert, train, expert_dp(train), gathered_params=rank_gathered, unsharded_grad_params=zero2_grads
-    )
+        dense, expert, train, expert_dp(train), rank_gathered, unsharded_grad_params=zero2_grads,
+        fsdp_grad_bytes=fsdp_grads,
+    )  # fmt: skip
     return RankStates(
         states=states,
-        backward_grad_bytes=fsdp_unsharded_grad_bytes(train, rank_gathered),
+        backward_grad_bytes=fsdp_grads,
         loss_working_bytes=loss_extra_bytes_per_logit(train) * logits,
         kept_output_bytes=kept_pipeline_output_bytes(train, logits),
         unsharded_bytes=unsharded_stage_bytes(dense, expert, train),
         cached_logits_bytes=cached_logits_bytes(train, logits),
-        all_gather_pool_bytes=all_gather_pool_bytes(train, chunk_edges, max_layer_params),
+        all_gather_pool_bytes=fsdp2.all_gather_pool_bytes(train, chunk_edges, max_layer_params),
     )
