@@ -36,7 +36,8 @@ def all_gather_pool_bytes(train: TrainingSpec, chunk_edge_params: Sequence[float
     `unshard` allocates its input and output before that, so two units' outputs and one input are live at once;
     the root unit, first in forward (its pre-forward hook runs at the model's), with the first block. In backward
     the wait frees the result right after the copy-out, one prefetched unit at a time (`_backward_prefetch`): within
-    the forward's mark. Per chunk: max(root, layer) + layer x (1 + 1/world) elements, or the root's output and
+    the forward's mark (and counted here, not among the backward's allocated parts, whose peak it can raise by one
+    block's 16-bit output). Per chunk: max(root, layer) + layer x (1 + 1/world) elements, or the root's output and
     input alone if larger, in the 16-bit gather dtype
     (`TrainingSpec.param_gather_bytes`; no copied input without mixed precision, where the shard is the input). 0
     outside torchtitan's FSDP, or with one rank per shard group (`unshard` then all-gathers nothing)."""
