@@ -46,7 +46,8 @@ class DurationTables:
 def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> DurationTables:
     """The tables by cost key: a [stage, kind] grid (stage = rank * n_chunks + chunk), then the pairs.
     parts=False: the durations and FSDP times only, the parts of the durations left zero (a plan with F&B
-    pairs gets them all: its pair durations need the exposed EP communication)."""
+    pairs finds its chunks' exposed EP communication too: its pair durations need it; the same floats as with the
+    parts, tests/sim/test_tables.py)."""
     flat = [c for row in costs.chunks for c in row]
     n_base = len(flat) * N_KINDS
     n_keys = plan.n_keys
@@ -76,15 +77,18 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
     units, demand = np.ones(n_keys), np.zeros(n_keys)
     units[:n_base] = np.stack((units_s,) * N_KINDS, axis=1).ravel()
     demand[:n_base] = np.stack((demand_s,) * N_KINDS, axis=1).ravel()
-    if not parts and not plan.pair_keys:
-        none = np.zeros(n_keys)
-        return DurationTables(dur, none, none, none, {}, {}, gather, scatter, units, demand)
     with_comm = f + b  # W (weight gradients) communicates nothing
     comm_share = np.zeros((len(flat), N_KINDS))  # the part of a chunk's communication inside each kind
     busy = with_comm > 0
     np.divide(f, with_comm, out=comm_share[:, F], where=busy)
     np.divide(b, with_comm, out=comm_share[:, B], where=busy)
     comm_share[:, BW] = comm_share[:, B]
+    if not parts:  # F&B pairs: their durations, from the exposed EP communication alone (the other parts left zero)
+        exposed_ep = np.zeros(n_keys)
+        exposed_ep[:n_base] = (column([c.comm_exposed_s.get("ep", 0.0) for c in flat])[:, None] * comm_share).ravel()
+        slowed = _pair_timing(plan, costs.pair_interference, dur, gather, scatter, units, demand, exposed_ep)[3]
+        none = np.zeros(n_keys)
+        return DurationTables(dur, none, none, none, {}, {}, gather, scatter, units, demand, interference_s=slowed)
     exposed, hidden = {}, {}
     comm_in = np.zeros((len(flat), N_KINDS))
     for k in costs.intra_kinds():
@@ -187,23 +191,40 @@ def _pair_entries(
     without pairs)."""
     if not plan.pair_keys:
         return None
-    pairs = np.array(plan.pair_keys, dtype=np.int64)
-    key = plan.pp * plan.n_chunks * N_KINDS + np.arange(len(pairs))
-    kf = (pairs[:, 0] * plan.n_chunks + pairs[:, 1]) * N_KINDS + F
-    kb = (pairs[:, 0] * plan.n_chunks + pairs[:, 3]) * N_KINDS + pairs[:, 2]
-    ep_f, ep_b = exposed["ep"][kf], exposed["ep"][kb]
-    # each one's all-to-all hides behind the other's compute only, not its own (the phase waits for it)
-    overlapped = np.minimum(ep_f, dur[kb] - ep_b) + np.minimum(ep_b, dur[kf] - ep_f)
-    slowed = np.zeros(len(dur))
-    slowed[key] = interference * overlapped
-    dur[key] = dur[kf] + dur[kb] - overlapped + slowed[key]
+    ep = exposed["ep"]
+    key, kf, kb, slowed, overlapped = _pair_timing(plan, interference, dur, gather, scatter, units, demand, ep)
     fwd[key], bwd[key], rec[key] = fwd[kf], bwd[kb], rec[kb]
-    gather[key], scatter[key] = gather[kf] + gather[kb], scatter[kf] + scatter[kb]
-    demand[key] = np.maximum(demand[kf], demand[kb])
-    units[key] = np.where(demand[key] > 0, 1.0, units[kf] + units[kb])
     for k in exposed:
         exposed[k][key] = exposed[k][kf] + exposed[k][kb]
         hidden[k][key] = hidden[k][kf] + hidden[k][kb]
     exposed["ep"][key] -= overlapped
     hidden["ep"][key] += overlapped
     return slowed
+
+
+def _pair_timing(
+    plan: Plan,
+    interference: float,
+    dur: np.ndarray,
+    gather: np.ndarray,
+    scatter: np.ndarray,
+    units: np.ndarray,
+    demand: np.ndarray,
+    exposed_ep: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The F&B pair keys' durations and FSDP entries (a plan with pairs), from the base keys' and their exposed EP
+    communication `exposed_ep`: (pair keys, their F keys, their B keys, the slowdown by key, the EP seconds hidden)."""
+    pairs = np.array(plan.pair_keys, dtype=np.int64)
+    key = plan.pp * plan.n_chunks * N_KINDS + np.arange(len(pairs))
+    kf = (pairs[:, 0] * plan.n_chunks + pairs[:, 1]) * N_KINDS + F
+    kb = (pairs[:, 0] * plan.n_chunks + pairs[:, 3]) * N_KINDS + pairs[:, 2]
+    ep_f, ep_b = exposed_ep[kf], exposed_ep[kb]
+    # each one's all-to-all hides behind the other's compute only, not its own (the phase waits for it)
+    overlapped = np.minimum(ep_f, dur[kb] - ep_b) + np.minimum(ep_b, dur[kf] - ep_f)
+    slowed = np.zeros(len(dur))
+    slowed[key] = interference * overlapped
+    dur[key] = dur[kf] + dur[kb] - overlapped + slowed[key]
+    gather[key], scatter[key] = gather[kf] + gather[kb], scatter[kf] + scatter[kb]
+    demand[key] = np.maximum(demand[kf], demand[kb])
+    units[key] = np.where(demand[key] > 0, 1.0, units[kf] + units[kb])
+    return key, kf, kb, slowed, overlapped
