@@ -84,20 +84,24 @@ def test_the_evaluator_projects_only_what_fits() -> None:
     assert evaluated > 20 and rejected > 20
 
 
+def _every_third_group(problem: TuneProblem, space: SearchSpace):
+    """(structure, its GroupMemory) of every third legal structure of the space, the stages shared."""
+    stages = StageCache(problem.model)
+    for base in list(space.structures())[::3]:
+        base_train = to_training(problem, base)
+        if not candidate_problems(problem, base, base_train):
+            yield base, GroupMemory(problem.model, problem.system(base.num_gpus), base_train, stages)
+
+
 def test_a_structure_the_floor_rejects_has_no_variant_that_fits() -> None:
     """`GroupMemory.cannot_fit` rejects a structure by its ranks' floors (`memory.model.states_floor_bytes`): each
     floor is at most that rank's total under every recompute variant, and a rejected structure has no variant that
     fits."""
     problem = TuneProblem(model_preset("llama3.1-70b"), (system_preset("h100-sxm5-80gb", 64),), 64, 8192)
     space = SearchSpace(problem, parse_constraints([], {"mbs": 1}))
-    stages = StageCache(problem.model)
     rejected = kept = 0
-    for base in list(space.structures())[::3]:
-        base_train = to_training(problem, base)
-        if candidate_problems(problem, base, base_train):
-            continue
-        system = problem.system(base.num_gpus)
-        memory = GroupMemory(problem.model, system, base_train, stages)
+    for base, memory in _every_third_group(problem, space):
+        base_train = memory.train
         floors = states_floor_bytes(
             problem.model, memory.shard, base_train, memory._stage_footprints(layer_modes(base_train)), memory.holder
         )
@@ -124,13 +128,8 @@ def test_a_variant_known_over_does_not_fit(framework: str) -> None:
         TrainingSpec(framework=framework),
     )
     space = SearchSpace(problem, parse_constraints([], {"mbs": 1}))
-    stages = StageCache(problem.model)
     over = not_fitting = 0
-    for base in list(space.structures())[::3]:
-        base_train = to_training(problem, base)
-        if candidate_problems(problem, base, base_train):
-            continue
-        memory = GroupMemory(problem.model, problem.system(base.num_gpus), base_train, stages)
+    for base, memory in _every_third_group(problem, space):
         if memory.cannot_fit():
             continue
         for mode, layers in space.recompute_options(base):
