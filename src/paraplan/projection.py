@@ -691,7 +691,7 @@ def project_specs(
     }
     typical_costs = chunk_costs
     if typical_cal is not cal:  # more than one stage, and a spread: the other stages at the typical speed
-        typical_ctx = replace(ctx, cal=typical_cal)
+        typical_ctx = ctx.with_cal(typical_cal)
         typical_costs = {
             parts: _chunk_cost(
                 _stage_sums_of(parts, model, shard, typical_ctx, options.measured_blocks),
