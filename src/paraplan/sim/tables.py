@@ -150,18 +150,21 @@ def _timing_tables(plan: Plan, flat: list[ChunkCost]) -> DurationTables:
     chunks' figures gathered through the plan's `timing_layout` (the same floats: b + w and gather + refetch are the
     same additions, element by element; tests/sim/test_tables.py). The tables are views of one padded array
     (`DurationTables.padded`), whose extra column the compiled loops read."""
-    rows: dict[int, tuple] = {}  # by chunk: the ranks of a pipeline share their stages' ChunkCost objects
+    index: dict[int, int] = {}  # by chunk: the ranks of a pipeline share their stages' ChunkCost objects
+    rows: list[tuple] = []
     for c in flat:
-        if id(c) not in rows:
-            rows[id(c)] = (
+        if id(c) not in index:
+            index[id(c)] = len(rows)
+            rows.append((
                 c.forward_s, c.backward_input_s, c.backward_weight_s, c.fsdp_gather_s, c.fsdp_refetch_s,
                 c.fsdp_reduce_scatter_s, float(c.fsdp_on_demand),
                 1 if c.fsdp_on_demand or c.fsdp_units < 1 else c.fsdp_units,  # max(1, units) without the call
                 0.0, 0.0,
-            )  # fmt: skip
-    figures = np.array([rows[id(c)] for c in flat], dtype=np.float64).reshape(len(flat), _PER_CHUNK)
-    figures[:, _BW] = figures[:, 1] + figures[:, 2]
-    figures[:, _BEFORE_B] = figures[:, 3] + figures[:, 4]
+            ))  # fmt: skip
+    distinct = np.array(rows, dtype=np.float64).reshape(len(rows), _PER_CHUNK)
+    distinct[:, _BW] = distinct[:, 1] + distinct[:, 2]  # elementwise: the same sums as per flat chunk
+    distinct[:, _BEFORE_B] = distinct[:, 3] + distinct[:, 4]
+    figures = distinct[np.array([index[id(c)] for c in flat], dtype=np.int64)]  # each chunk's row, in order
     values = np.concatenate((figures.ravel(), _CONSTANTS))
     padded = values[timing_layout(plan, len(flat))]
     dur, gather, scatter, units, demand = (row[:-1] for row in padded)
