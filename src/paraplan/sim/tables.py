@@ -13,7 +13,7 @@ ignored). This is the only place EP overlap hides the all-to-all: within a phase
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -51,8 +51,8 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
     flat = [c for row in costs.chunks for c in row]
     n_base = len(flat) * N_KINDS
     n_keys = plan.n_keys
-    if not parts and not plan.pair_keys:
-        return _timing_tables(plan, flat)
+    if not parts:
+        return _paired_timing_tables(plan, costs, flat) if plan.pair_keys else _timing_tables(plan, flat)
 
     def column(values: list[float]) -> np.ndarray:
         return np.array(values, dtype=np.float64)
@@ -77,18 +77,7 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
     units, demand = np.ones(n_keys), np.zeros(n_keys)
     units[:n_base] = np.stack((units_s,) * N_KINDS, axis=1).ravel()
     demand[:n_base] = np.stack((demand_s,) * N_KINDS, axis=1).ravel()
-    with_comm = f + b  # W (weight gradients) communicates nothing
-    comm_share = np.zeros((len(flat), N_KINDS))  # the part of a chunk's communication inside each kind
-    busy = with_comm > 0
-    np.divide(f, with_comm, out=comm_share[:, F], where=busy)
-    np.divide(b, with_comm, out=comm_share[:, B], where=busy)
-    comm_share[:, BW] = comm_share[:, B]
-    if not parts:  # F&B pairs: their durations, from the exposed EP communication alone (the other parts left zero)
-        exposed_ep = np.zeros(n_keys)
-        exposed_ep[:n_base] = (column([c.comm_exposed_s.get("ep", 0.0) for c in flat])[:, None] * comm_share).ravel()
-        slowed = _pair_timing(plan, costs.pair_interference, dur, gather, scatter, units, demand, exposed_ep)[3]
-        none = np.zeros(n_keys)
-        return DurationTables(dur, none, none, none, {}, {}, gather, scatter, units, demand, interference_s=slowed)
+    comm_share = _comm_share(f, b)
     exposed, hidden = {}, {}
     comm_in = np.zeros((len(flat), N_KINDS))
     for k in costs.intra_kinds():
@@ -109,6 +98,36 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
         plan, costs.pair_interference, dur, fwd, bwd, rec, gather, scatter, units, demand, exposed, hidden
     )
     return DurationTables(dur, fwd, bwd, rec, exposed, hidden, gather, scatter, units, demand, interference_s=slowed)
+
+
+def _comm_share(f: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """[chunk, kind]: the part of each chunk's communication inside each kind, F and B (and BW) in proportion to
+    their durations (W, the weight gradients, communicates nothing)."""
+    with_comm = f + b
+    comm_share = np.zeros((len(f), N_KINDS))
+    busy = with_comm > 0
+    np.divide(f, with_comm, out=comm_share[:, F], where=busy)
+    np.divide(b, with_comm, out=comm_share[:, B], where=busy)
+    comm_share[:, BW] = comm_share[:, B]
+    return comm_share
+
+
+def _paired_timing_tables(plan: Plan, costs: PipelineCosts, flat: list[ChunkCost]) -> DurationTables:
+    """`build_tables(parts=False)` with F&B pairs: the base keys gathered as `_timing_tables` does, then the pairs'
+    entries from the chunks' exposed EP communication alone (`_pair_timing`), the other parts left zero: the same
+    floats as the tables with the parts (tests/sim/test_tables.py)."""
+    tables = _timing_tables(plan, flat)
+    f = np.array([c.forward_s for c in flat], dtype=np.float64)
+    b = np.array([c.backward_input_s for c in flat], dtype=np.float64)
+    ep = np.array([c.comm_exposed_s.get("ep", 0.0) for c in flat], dtype=np.float64)
+    exposed_ep = np.zeros(plan.n_keys)
+    exposed_ep[: len(flat) * N_KINDS] = (ep[:, None] * _comm_share(f, b)).ravel()
+    # the tables are views of `padded`, so the pairs' entries land there too (the compiled loops read it)
+    slowed = _pair_timing(
+        plan, costs.pair_interference, tables.dur_s, tables.fsdp_gather_s, tables.fsdp_scatter_s, tables.fsdp_units,
+        tables.fsdp_on_demand, exposed_ep,
+    )[3]  # fmt: skip
+    return replace(tables, interference_s=slowed)
 
 
 FIGURES = 8
