@@ -10,7 +10,7 @@ from paraplan.specs.presets import model_preset, system_preset
 from paraplan.specs.training import TrainingSpec
 from paraplan.specs.validate import check
 from paraplan.tune.candidate import TuneProblem, to_training
-from paraplan.tune.evaluate import Evaluator
+from paraplan.tune.evaluate import Evaluator, evaluation_of
 from paraplan.tune.legality import candidate_problems
 from paraplan.tune.memfilter import GroupMemory, MemoryFilter, StageCache, estimate_peak_bytes
 from paraplan.tune.space import SearchSpace, parse_constraints
@@ -180,3 +180,23 @@ def test_a_projection_given_the_filters_memory_is_the_one_computing_it() -> None
             assert repr(given) == repr(evaluator.project(c, train)), c
             compared += 1
     assert compared > 20
+
+
+def test_a_screened_candidate_is_projected_with_the_screens_memory() -> None:
+    """`Evaluator.evaluate` (the seed planner's, candidate lists') hands the screen's memory to the projection: the
+    same evaluation as the core's projection computing its memory itself."""
+    problem = TuneProblem(model_preset("mixtral-8x7b"), (system_preset("h100-sxm5-80gb", 32),), 128, 4096)
+    space = SearchSpace(problem, parse_constraints([], {"mbs": 1, "cp": 1}))
+    evaluator = Evaluator(problem, space)
+    compared = 0
+    for base in list(space.structures())[::11][:30]:
+        for c in space.recompute_chain(base):
+            evaluation, _ = evaluator.evaluate(c, "test")
+            if evaluation is None:
+                continue
+            system = problem.system(c.num_gpus)
+            train = check(problem.model, system, to_training(problem, c))
+            alone = evaluation_of(c, evaluator.project(c, train), "test")
+            assert repr(evaluation) == repr(alone), c
+            compared += 1
+    assert compared > 10
