@@ -11,9 +11,11 @@ was found.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from math import isnan
 
 from paraplan.errors import ConfigError
 from paraplan.specs.schedule import schedule as schedule_named
@@ -124,7 +126,16 @@ def score(evaluation: Evaluation) -> float:
 
 
 def rank(evaluations: Iterable[Evaluation], top_k: int) -> list[Evaluation]:
+    """The best `top_k` that fit: by throughput, then memory, then the candidate's order (`Candidate.sort_key`)."""
     fitting = [e for e in evaluations if e.fits]
+    if len(fitting) > top_k:
+        # the candidate's order only breaks ties: the first top_k by the whole key are among those whose (throughput,
+        # memory) is at most the top_k-th smallest; the others are left out before their order keys are built (the
+        # same list: the sort is stable and the filter keeps the order). NaN compares neither way: all are sorted
+        heads = [(-score(e), e.peak_gib) for e in fitting]
+        if not any(isnan(a) or isnan(b) for a, b in heads):
+            cut = heapq.nsmallest(top_k, heads)[-1]
+            fitting = [e for e, head in zip(fitting, heads, strict=True) if head <= cut]
     return sorted(fitting, key=lambda e: (-score(e), e.peak_gib, e.candidate.sort_key()))[:top_k]
 
 
