@@ -190,17 +190,22 @@ memory per rank 10.0%, validator 2.5%), the memory filter 23.0%, candidates 8.3%
 52.9% (simulation 25.3%, stage and block costs 14.3%, memory per rank 6.1%, validator 0.9%), the memory filter 19.5%,
 candidates 8.8%. --versus af9c162 --repeat 3 (03:25-03:28, load average 2.7-3.3), by CPU: 2 workers analytic 1,725/s
 -> 1,861/s (1.08x), fitted 1,304/s -> 1,546/s (1.19x), wall 676 -> 908/s (1.34x) and 505 -> 703/s (1.39x); serial
-analytic 1,143/s -> 1,222/s (1.07x), fitted 946/s -> 1,138/s (1.20x). Serial CPU alternating with af9c162's code in
-quieter minutes (load 2): analytic 4.92-5.09 s -> 4.42-4.74 s per search. The 3,000/s and 2,000/s targets are not
-met. What is left, per projected candidate (serial analytic, warm caches, about 0.65 ms): the simulation 35% (its
-compiled loops a third of it, the interleaved plans' 13,000-task timelines most; the rest Python per call: initial
-release slots, the tails, duration tables, the summary's peaks), the rest of the projection 21% (two chunk costs
-per distinct stage, the data-parallel memo's key, the grid), the filter 24% (the variants' peaks and floors, the
-fitting variants' memory; the plans, 0.4 s a search cold, the interleaved kernel's per-chunk pass over every
-action), structures and legality 8.5%; with 2 workers about 4,000 of
-the 7,600 cold stage sums and 700 of the 900 blocks are built in both workers, and the parent spends about 0.65 s
-(seed, listing, ordering). A batched simulation (many structures' timelines per compiled call) or cold costs shared
-across workers is what would move it further.
+analytic 1,143/s -> 1,222/s (1.07x), fitted 946/s -> 1,138/s (1.20x). After the last changes (the ranking's order
+keys for the leaders only, the knob combinations once per listing step), alternating with af9c162's code in quieter
+minutes (03:50-03:53, load average 1.2-2.4; CPU seconds of the whole search, parent and workers): serial analytic
+median 5.75 s -> 4.92 s (min 5.08 -> 4.68; 1,037/s -> 1,212/s, 1.17x), fitted 1.48 s -> 1.22 s (1.21x); 2 workers
+analytic 6.31 s -> 6.04 s (min 6.00 -> 5.44; by CPU 1,890/s -> 1,975/s), fitted 1.47 s -> 1.39 s (1,287/s ->
+1,361/s), wall 3.44 -> 3.25 s and 0.87 -> 0.81 s. Two workers spend more CPU than one process here (about 6.0 s
+against 4.9 s): two busy processes beside another agent's job on 2 cores run slower per CPU second (two serial
+searches at once took 6.05 s each against 5.24 s alone), and the cold stage sums built in both. The 3,000/s and
+2,000/s targets are not met. What is left, per projected candidate (serial analytic, warm caches, about 0.65 ms):
+the simulation 35% (its compiled loops a third of it, the interleaved plans' 13,000-task timelines most; the rest
+Python per call: initial release slots, the tails, duration tables, the summary's peaks), the rest of the projection
+21% (two chunk costs per distinct stage, the data-parallel memo's key, the grid), the filter 24% (the variants'
+peaks and floors, the fitting variants' memory; cold, the plans: 0.4 s a search, of which the compiled builder's
+0.15 s), structures and legality 8.5%; with 2 workers about 4,000 of the 7,600 cold stage sums and 700 of the 900
+blocks are built in both workers, and the parent spends about 0.65 s (seed, listing, ordering). A batched simulation
+(many structures' timelines per compiled call) or cold costs shared across workers is what would move it further.
 
 `--identical REF` runs the BF16 search, analytic and fitted, serial and with the pool (--workers, default the CPU
 count), with the code at REF and with this checkout (subprocesses), and compares every result: the counts
