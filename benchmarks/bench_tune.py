@@ -170,6 +170,43 @@ memory model never reads (overlap_grad_reduce, overlap_param_gather, tp_comm_ove
 only ep_overlap, which the plan reads, so no structure shared (0 hits in 6,924). What is left is flat (no function
 above 3% of its own); the fitted search spends ~15% building plans (219 for 946 projections; DualPipe's in Python).
 
+Op-code schedules, floors for variants, less glue (issue 35, branch tunefast, 2026-12-06; every tuner result identical
+to af9c162, main under this work, by `--identical af9c162`: counts, top five and every evaluation, analytic and fitted,
+1 and 2 workers; 3,654 public projections identical by `bench_projection.py --identical`; `validate` on public.csv
+unchanged). What changed: DualPipe(V), ZB-H1 and ZB-V actions as op codes (list repetition per step of the programs,
+one numpy decoding pass: `sim.dualpipe`, `sim.zero_bubble`, `sim.program.counted_arrays`) instead of a tuple per
+action: the search's cold plans 0.56 -> 0.41 s (a DualPipe plan took 5 ms); the memory filter rejects a recompute
+variant without its memory per rank where a rank's floor (`cannot_fit`'s) plus the variant's in-flight activations,
+their fragmentation and its working sets (parts never negative) is above the usable HBM by `FLOOR_MARGIN`
+(`GroupMemory.surely_over`; never under torchtitan PP's memory moments): full memories of rejected variants 9,497 ->
+21; the seed planner's screen hands its memory to the projection (computed twice before), its stages shared; the
+simulation's glue: the F&B pair plans' tables without the parts from the plan's layout plus the pairs' entries (about
+110 -> 60 us), the timing tables from the distinct chunks' rows, FSDP gates found on first read (the tuner reads
+none), the ranks' last ends in one gather, the schedule rules once per shape, sums over lists; `project_specs` each
+stage's busy time once, `BlockContext.with_cal` for the typical-speed stages; the tuner's cost and plan key once per
+structure. --profile (03:24, load average 3: other agents' benchmarks on the same 2 cores; function calls 16.84M ->
+13.91M): before (af9c162, 17.8 s profiled) the projection 48.6% (simulation 22.6%, stage and block costs 12.4%,
+memory per rank 10.0%, validator 2.5%), the memory filter 23.0%, candidates 8.3%; after (16.5 s) the projection
+52.9% (simulation 25.3%, stage and block costs 14.3%, memory per rank 6.1%, validator 0.9%), the memory filter 19.5%,
+candidates 8.8%. --versus af9c162 --repeat 3 (03:25-03:28, load average 2.7-3.3), by CPU: 2 workers analytic 1,725/s
+-> 1,861/s (1.08x), fitted 1,304/s -> 1,546/s (1.19x), wall 676 -> 908/s (1.34x) and 505 -> 703/s (1.39x); serial
+analytic 1,143/s -> 1,222/s (1.07x), fitted 946/s -> 1,138/s (1.20x). After the last changes (the ranking's order
+keys for the leaders only, the knob combinations once per listing step), alternating with af9c162's code in quieter
+minutes (03:50-03:53, load average 1.2-2.4; CPU seconds of the whole search, parent and workers): serial analytic
+median 5.75 s -> 4.92 s (min 5.08 -> 4.68; 1,037/s -> 1,212/s, 1.17x), fitted 1.48 s -> 1.22 s (1.21x); 2 workers
+analytic 6.31 s -> 6.04 s (min 6.00 -> 5.44; by CPU 1,890/s -> 1,975/s), fitted 1.47 s -> 1.39 s (1,287/s ->
+1,361/s), wall 3.44 -> 3.25 s and 0.87 -> 0.81 s. Two workers spend more CPU than one process here (about 6.0 s
+against 4.9 s): two busy processes beside another agent's job on 2 cores run slower per CPU second (two serial
+searches at once took 6.05 s each against 5.24 s alone), and the cold stage sums built in both. The 3,000/s and
+2,000/s targets are not met. What is left, per projected candidate (serial analytic, warm caches, about 0.65 ms):
+the simulation 35% (its compiled loops a third of it, the interleaved plans' 13,000-task timelines most; the rest
+Python per call: initial release slots, the tails, duration tables, the summary's peaks), the rest of the projection
+21% (two chunk costs per distinct stage, the data-parallel memo's key, the grid), the filter 24% (the variants'
+peaks and floors, the fitting variants' memory; cold, the plans: 0.4 s a search, of which the compiled builder's
+0.15 s), structures and legality 8.5%; with 2 workers about 4,000 of the 7,600 cold stage sums and 700 of the 900
+blocks are built in both workers, and the parent spends about 0.65 s (seed, listing, ordering). A batched simulation
+(many structures' timelines per compiled call) or cold costs shared across workers is what would move it further.
+
 `--identical REF` runs the BF16 search, analytic and fitted, serial and with the pool (--workers, default the CPU
 count), with the code at REF and with this checkout (subprocesses), and compares every result: the counts
 (evaluated, illegal, memory-rejected, dominated, failed), the top five and every evaluation's repr (its figures to

@@ -707,7 +707,7 @@ def project_specs(
     }
     typical_costs = chunk_costs
     if typical_cal is not cal:  # more than one stage, and a spread: the other stages at the typical speed
-        typical_ctx = replace(ctx, cal=typical_cal)
+        typical_ctx = ctx.with_cal(typical_cal)
         typical_costs = {
             parts: _chunk_cost(
                 _stage_sums_of(parts, model, shard, typical_ctx, options.measured_blocks),
@@ -718,12 +718,14 @@ def project_specs(
     stage_costs = [chunk_costs[parts] for parts in stage_parts]
     typical_stage_costs = [typical_costs[parts] for parts in stage_parts]
     # rank r, local chunk c holds model stage holder[r][c] (DualPipe's second chunk is a copy)
-    slowest = max(range(len(holder)), key=lambda r: sum(_busy_s(stage_costs[index][0]) for index in holder[r]))
+    # (the sums below over lists: the same additions as over generators, in the same order, cheaper)
+    busy = [_busy_s(cost[0]) for cost in stage_costs]
+    slowest = max(range(len(holder)), key=lambda r: sum([busy[index] for index in holder[r]]))
     ranks_costs = [stage_costs if r == slowest else typical_stage_costs for r in range(len(holder))]
-    grid = tuple(tuple(ranks_costs[r][index][0] for index in row) for r, row in enumerate(holder))
-    extras = tuple(tuple(ranks_costs[r][index][1] for index in row) for r, row in enumerate(holder))
-    rank_dense_params = [sum(stage_costs[i][2] for i in row) for row in holder]
-    rank_expert_params = [sum(stage_costs[i][3] for i in row) for row in holder]
+    grid = tuple(tuple([ranks_costs[r][index][0] for index in row]) for r, row in enumerate(holder))
+    extras = tuple(tuple([ranks_costs[r][index][1] for index in row]) for r, row in enumerate(holder))
+    rank_dense_params = [sum([stage_costs[i][2] for i in row]) for row in holder]
+    rank_expert_params = [sum([stage_costs[i][3] for i in row]) for row in holder]
     p2p_sources: dict[SourceKey, float] = {}
     p2p_s = (
         _p2p_time(layer_input_bytes, train, shard, system, cal, groups, options.profile, p2p_sources)

@@ -116,6 +116,15 @@ def test_block_context_hash_and_other_scope() -> None:
     assert fast._other_scope == [] and fast._other_scope is not BlockContext(*args)._other_scope  # one list each
 
 
+def test_block_context_with_cal_is_replace() -> None:
+    system = system_preset("h100-sxm5-80gb", 8)
+    ctx = BlockContext(system, calibration_for(system.gpu.name, "megatron-lm"), {}, True, None, False, "layer", False)
+    other = calibration_for(system.gpu.name, "nemo")
+    made, replaced = ctx.with_cal(other), dataclasses.replace(ctx, cal=other)
+    assert made == replaced and hash(made) == hash(replaced) and repr(made) == repr(replaced)
+    assert made.cal is other and made._other_scope == [] and made._other_scope is not ctx._other_scope
+
+
 def test_spec_with_is_replace() -> None:
     spec = TrainingSpec().with_values(tp=4, pp=2, gbs=64)
     changes = {"micro_batch_size": 2, "recompute_granularity": "full", "zero_stage": 1}

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from paraplan.sim.one_f_one_b import interleaved_warmup, megatron_schedule_table
-from paraplan.sim.program import BW, B, F, W
+from paraplan.sim.program import BW, B, F, W, flatten
 from paraplan.sim.schedules import PROGRAM_BUILDERS, action_arrays, rank_programs
 from paraplan.specs.schedule import SCHEDULES, validate_schedule
 
@@ -104,6 +104,21 @@ def test_action_arrays_match_the_programs(schedule: str, paired: bool) -> None:
                 assert arrays.lengths.tolist() == [len(p.actions) for p in programs]
                 offsets = [sum(len(p.actions) for p in programs[:r]) for r in range(pp)]
                 assert arrays.pair_starts.tolist() == [offsets[r] + k for r, p in enumerate(programs) for k in p.pairs]
+
+
+@pytest.mark.parametrize("schedule", ["dualpipe", "dualpipev", "zb-h1", "zb-v"])
+def test_op_code_arrays_match_the_programs(schedule: str) -> None:
+    """The op-code generation of DualPipe(V) and the zero-bubble schedules gives `flatten(rank_programs)` exactly:
+    actions, lengths, pairs and dtypes, over every pp up to 12 and micro-batch counts around the thresholds."""
+    for pp in range(2, 13):
+        for m in [*range(1, 4 * pp + 3), 6 * pp + 1, 64]:
+            for paired in (False, True):
+                if validate_schedule(schedule, pp, 1, m):
+                    continue
+                arrays = action_arrays(schedule, pp, 1, m, paired)
+                expected = flatten(rank_programs(schedule, pp, 1, m, paired))
+                for got, want in zip(arrays, expected, strict=True):
+                    assert got.dtype == want.dtype and got.tolist() == want.tolist(), (schedule, pp, m, paired)
 
 
 # ------------------------------------------------------------------ builders vs. declared geometry

@@ -62,8 +62,13 @@ def test_timing_tables_as_before(case: tuple[str, int, int, int], fsdp: bool) ->
         plan = plan_for(costs)
         tables = build_tables(plan, costs, parts=False)
         full = build_tables(plan, costs, parts=True)
-        if plan.pair_keys:  # F&B pairs: the tables with parts, whatever is asked
-            assert tables.padded is None
+        if plan.pair_keys:  # F&B pairs: the base keys by the plan's layout, the pairs' durations as with the parts
+            padded = tables.padded
+            assert padded is not None and list(padded[:, -1]) == [0.0, 0.0, 0.0, 1.0, 0.0]
+            for name in TIMING_ROWS:
+                assert _same_bits(getattr(tables, name), getattr(full, name)), name
+            assert tables.interference_s is not None and full.interference_s is not None
+            assert _same_bits(tables.interference_s, full.interference_s)
             continue
         flat = [c for row in costs.chunks for c in row]
         expected = _reference(flat, plan.n_keys)

@@ -232,6 +232,14 @@ class BlockContext:
     def __hash__(self) -> int:
         return self._hash
 
+    def with_cal(self, cal: Calibration) -> BlockContext:
+        """This context under another calibration: `dataclasses.replace(self, cal=cal)`, built directly (the projection
+        asks once per projection of a pipeline, for its stages at the chips' typical speed)."""
+        return BlockContext(
+            self.system, cal, self.groups, self.tp_comm_overlap, self.timer, self.tp_async_backward,
+            self.cuda_graph_scope, self.graphed_block, self.moe_host_sync,
+        )  # fmt: skip
+
     @property
     def cuda_graphs(self) -> bool:
         """The block's kernels replay from a CUDA graph: one graph launch per phase instead of one host launch per

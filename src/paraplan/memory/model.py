@@ -358,6 +358,13 @@ def kept_pipeline_output_bytes(train: TrainingSpec, loss_logits: float) -> float
     return LOGIT_OUTPUT_BYTES * train.num_microbatches * loss_logits
 
 
+def may_read_moments(train: TrainingSpec) -> bool:
+    """Whether `pipeline_memory` may take a rank's activations from the plan's memory moments (`moment_peak`) rather
+    than its static peak: only where a rank holds an unsharded stage or kept pipeline outputs, torchtitan under PP
+    (`keeps_stage_unsharded`, `kept_pipeline_output_bytes`)."""
+    return train.framework == "torchtitan" and train.pp > 1
+
+
 def unsharded_stage_bytes(dense_params: float, expert_params: float, train: TrainingSpec, which: str = "both") -> float:
     """The gathered 16-bit parameters ("params") and the unsharded gradients in the reduce dtype ("grads") of a
     stage that `keeps_stage_unsharded` (0 otherwise); "both": their sum."""
@@ -504,7 +511,7 @@ def pipeline_memory(
     its largest at once (an upper bound). A callable gives them when first needed: a plan's moments cost
     milliseconds to find (`Plan.memory_moments`), and only torchtitan under PP reads them.
     `states_cache`: the ranks' `RankStates` already computed for this model, shard and spec (any recompute)."""
-    max_layer_params, max_full_saved, max_transient = _stage_maxima(stages)
+    max_layer_params, max_full_saved, max_transient = stage_maxima(stages)
     comm_buffers = comm_buffer_bytes(model, shard, train)
     score_buffer = attention_score_buffer_bytes(model, shard)
     fragmentation = fragmentation_share(train)
@@ -618,7 +625,7 @@ def states_floor_bytes(
     monotone, so the total of the same rank under any activations is at least this floor (the parts' order is
     `rank_memory`'s, and x + 0.0 = x). The tuner's memory filter rejects a structure whose floor does not fit
     before it builds its schedule's plan (`tune.memfilter.GroupMemory.cannot_fit`)."""
-    max_layer_params = _stage_maxima(stages)[0]
+    max_layer_params = stage_maxima(stages)[0]
     comm_buffers = comm_buffer_bytes(model, shard, train)
     score_buffer = attention_score_buffer_bytes(model, shard)
     floors: dict[int, float] = {}  # by RankStates (alike ranks share one): the same parts, the same total
@@ -640,7 +647,7 @@ def states_floor_bytes(
     return out
 
 
-def _stage_maxima(stages: Sequence[StageFootprint]) -> tuple[float, float, float]:
+def stage_maxima(stages: Sequence[StageFootprint]) -> tuple[float, float, float]:
     """The largest layer's parameters, fully recomputed working set and backward transient over the stages: each
     `max(..., default=0.0)` of its field (the first of equal ones), in one pass."""
     if not stages:

@@ -15,9 +15,12 @@ A backward "with zero bubble" is B alone, its W queued and run later by a `_weig
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 
-from paraplan.sim.program import BW, Action, B, F, RankProgram, W
+import numpy as np
+
+from paraplan.sim.program import BW, Action, ActionArrays, B, F, RankProgram, W, ordinal_in_rank, rank_starts
 
 
 class _Program:
@@ -121,3 +124,80 @@ def dualpipev(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> tuple[R
         _eight_steps(prog, pp, rank, m, is_turn=rank == pp - 1)
         programs.append(RankProgram(tuple(prog.actions), tuple(prog.pairs)))
     return tuple(programs)
+
+
+# ------------------------------------------------------------------ the same actions as flat arrays (the fast path)
+# `_eight_steps` as op codes, written step by step with list repetition; `_decode` numbers them in one numpy pass over
+# every rank. Codes: a forward of phase 0 / 1 (plain, or heading an F&B pair), a backward of phase 0 / 1 (BW, or B
+# with zero bubble, its W queued), a queued W.
+_F, _PF, _BW, _ZB, _W = 0, 2, 4, 6, 8  # + phase for the first four
+
+
+def _eight_step_codes(n: int, r: int, chunks: int, is_turn: bool) -> list[int]:
+    """`_eight_steps(prog, n, r, chunks, is_turn)`'s calls, one op code each, in order."""
+    codes = [_F] * ((n - r - 1) * 2)  # step 1
+    codes += [_F, _F + 1] * (r + 1)  # step 2
+    codes += [_ZB + 1, _W, _F + 1] * (n - r - 1)  # step 3
+    main = chunks - 2 * n + r + 1  # step 4
+    if main > 0:
+        first = [_F, _BW + 1] if is_turn else [_PF, _BW + 1]
+        codes += first + [_PF + 1, _BW] + [_PF, _BW + 1, _PF + 1, _BW] * (main - 1)
+    codes += [_BW + 1, _PF + 1, _BW] * (n - r - 1)  # step 5
+    zero_bubble = False
+    steps_6 = r + 1
+    for i in range(steps_6):  # step 6
+        if i == steps_6 // 2 and r % 2 == 1:
+            zero_bubble = True
+        codes.append((_ZB if zero_bubble else _BW) + 1)
+        if i == steps_6 // 2 and r % 2 == 0:
+            zero_bubble = True
+        codes.append(_ZB if zero_bubble else _BW)
+    codes += [_W, _ZB] * (n - r - 1)  # step 7
+    codes += [_W] * (r + 1)  # step 8
+    return codes
+
+
+def _decode(codes: list[list[int]], chunk_of_phase: list[tuple[int, int]], first_mb: tuple[int, int]) -> ActionArrays:
+    """The actions of `_Program` for each rank's op codes: each forward (backward) of a phase takes the phase's next
+    micro-batch, a W the oldest queued B's (chunk, micro-batch)."""
+    lengths = np.array([len(c) for c in codes], dtype=np.int64)
+    code = np.fromiter(itertools.chain.from_iterable(codes), dtype=np.int64, count=int(lengths.sum()))
+    rank = np.repeat(np.arange(len(codes), dtype=np.int64), lengths)
+    start = rank_starts(lengths)
+    is_w = code == _W
+    phase = np.where(is_w, 0, code % 2)
+    chunk = np.array(chunk_of_phase, dtype=np.int64)[rank, phase]
+    forward = code < _BW
+    mb = np.zeros(len(code), dtype=np.int64)
+    for is_forward in (True, False):
+        for p in (0, 1):
+            selected = (forward == is_forward) & ~is_w & (phase == p)
+            mb[selected] = ordinal_in_rank(selected, rank, start)[selected]
+    mb += np.array(first_mb, dtype=np.int64)[chunk]
+    kind = np.select([forward, code >= _ZB], [F, B], BW)
+    queued = np.flatnonzero((code == _ZB) | (code == _ZB + 1))  # FIFO per rank: the i-th W of a rank takes its
+    waits = np.flatnonzero(is_w)  # i-th queued B, and each rank's queue ends empty (`_eight_steps` asserts it)
+    if len(queued) != len(waits):
+        raise AssertionError("every queued weight gradient runs")
+    chunk[waits], mb[waits] = chunk[queued], mb[queued]
+    kind[is_w] = W
+    pairs = np.flatnonzero((code == _PF) | (code == _PF + 1))
+    return ActionArrays(kind, chunk, mb, lengths, pairs)
+
+
+def dualpipe_arrays(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> ActionArrays:
+    """`dualpipe(pp, vpp, m)`, flattened."""
+    half = pp // 2
+    codes, chunk_of_phase = [], []
+    for rank in range(pp):
+        second_half = rank >= half
+        half_rank = pp - 1 - rank if second_half else rank
+        codes.append(_eight_step_codes(half, half_rank, m // 2, half_rank == half - 1))
+        chunk_of_phase.append((1, 0) if second_half else (0, 1))
+    return _decode(codes, chunk_of_phase, (0, m // 2))
+
+
+def dualpipev_arrays(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> ActionArrays:
+    """`dualpipev(pp, vpp, m)`, flattened."""
+    codes = [_eight_step_codes(pp, rank, m, rank == pp - 1) for rank in range(pp)]
+    return _decode(codes, [(0, 1)] * pp, (0, 0))

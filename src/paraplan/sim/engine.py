@@ -16,6 +16,8 @@ Two engines compute the same timeline:
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from paraplan.sim import loops_jit
@@ -37,7 +39,7 @@ def check_costs(costs: PipelineCosts) -> list[str]:
     if pp < 1:
         return ["costs hold no pipeline rank"]
     vpp = _vpp(costs)
-    problems += validate_schedule(costs.schedule, pp, vpp, costs.num_microbatches)
+    problems += _schedule_problems(costs.schedule, pp, vpp, costs.num_microbatches)
     if problems:
         return problems
     want = SCHEDULES[costs.schedule].chunks_per_rank(vpp)
@@ -61,6 +63,12 @@ def check_costs(costs: PipelineCosts) -> list[str]:
     if costs.dp_buckets_per_chunk < 1:
         problems.append(f"dp_buckets_per_chunk must be >= 1 (got {costs.dp_buckets_per_chunk})")
     return problems
+
+
+@lru_cache(maxsize=1024)
+def _schedule_problems(schedule: str, pp: int, vpp: int, num_microbatches: int) -> tuple[str, ...]:
+    """`validate_schedule`, kept per shape (the tuner simulates thousands of candidates on a few hundred shapes)."""
+    return tuple(validate_schedule(schedule, pp, vpp, num_microbatches))
 
 
 def _vpp(costs: PipelineCosts) -> int:

@@ -247,7 +247,7 @@ def full_loop(
     end = t[: n + 1]
     end[0] = 0.0
     rank_done, tail_kind = _tail(plan, costs, end, dp, grads_done, scatters_done)
-    gates = FsdpGates(gate, gathers[plan.cost_key] > 0)
+    gates = FsdpGates(gate, gathers, plan.cost_key)
     return Timeline(start, end, t, rank_done, gates, tail_kind=tail_kind)
 
 
@@ -297,7 +297,7 @@ def full_loop_jit(
     end = t[: n + 1].copy()
     end[0] = 0.0
     rank_done, tail_kind = _tail(plan, costs, end, dp_s.tolist(), grads_done.tolist(), scatters_done.tolist())
-    gates = FsdpGates(gate, gathers[plan.cost_key] > 0)
+    gates = FsdpGates(gate, gathers, plan.cost_key)
     return Timeline(start, end, t, rank_done, gates, tail_kind=tail_kind)
 
 
@@ -311,9 +311,12 @@ def _tail(
 ) -> tuple[list[float], list[str]]:
     """Per rank: when its last backward, gradient reduction and reduce-scatters are done, and which came last."""
     rank_done, tail_kind = [], []
-    for rank in range(plan.pp):
-        lo, hi = plan.lo[rank], plan.hi[rank]
-        last = float(end[hi - 1]) if hi > lo else 0.0
+    last_tasks = plan.last_tasks
+    if last_tasks is not None and isinstance(end, np.ndarray):
+        lasts = end[last_tasks].tolist()  # the same floats, one gather
+    else:
+        lasts = [float(end[h - 1]) if h > lo else 0.0 for lo, h in zip(plan.lo, plan.hi, strict=True)]
+    for rank, last in enumerate(lasts):
         grads = max(last, grads_done[rank])
         if not costs.overlap_grad_reduce:
             at = dp[rank]
@@ -331,13 +334,24 @@ def _tail(
 class FsdpGates(Mapping[int, tuple[float, str]]):
     """Task -> (when the FSDP gather it waits for arrives, "fsdp"), read off the loop's gate list."""
 
-    def __init__(self, gate: list[float] | np.ndarray, gated: np.ndarray) -> None:
+    def __init__(self, gate: list[float] | np.ndarray, gathers: np.ndarray, cost_key: np.ndarray) -> None:
+        """`gathers`: the FSDP gather by cost key (`DurationTables.fsdp_gather_s`), `cost_key`: each task's key."""
         self._gate = gate  # an array from the compiled loop: made a list on the first read
-        self._gated = gated.tobytes()  # [1 + n]: 1 where the task's parameters are gathered (index 0 unused)
+        self._by_key = (gathers, cost_key)  # which tasks are gated: found on the first read (the tuner reads none)
+        self._found: bytes | None = None
+
+    @property
+    def _gated(self) -> bytes:
+        """[1 + n]: 1 where the task's parameters are gathered (index 0 unused)."""
+        if self._found is None:
+            gathers, cost_key = self._by_key
+            self._found = (gathers[cost_key] > 0).tobytes()
+        return self._found
 
     def get(self, task: int, default: tuple[float, str] | None = None) -> tuple[float, str] | None:
         """Without the generic Mapping.get's exception: the critical-path walk asks for every task."""
-        if 0 < task < len(self._gated) and self._gated[task]:
+        gated = self._gated
+        if 0 < task < len(gated) and gated[task]:
             gate = self._gate
             if type(gate) is not list:
                 gate = self._gate = gate.tolist()

@@ -50,3 +50,33 @@ def flatten(programs: Sequence[RankProgram]) -> ActionArrays:
     offset = np.concatenate(([0], np.cumsum(lengths)[:-1]))
     starts = np.array([offset[r] + k for r, p in enumerate(programs) for k in p.pairs], dtype=np.int64)
     return ActionArrays(flat[:, 0].copy(), flat[:, 1].copy(), flat[:, 2].copy(), lengths, starts)
+
+
+def rank_starts(lengths: np.ndarray) -> np.ndarray:
+    """The index of each rank's first action in the flat arrays."""
+    return np.concatenate(([0], np.cumsum(lengths)[:-1]))
+
+
+def ordinal_in_rank(selected: np.ndarray, rank: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """For every action, how many selected actions come before it on its rank (its place among them where
+    selected): the micro-batch of a counter a program builder increments per call."""
+    count = np.cumsum(selected)
+    before = np.concatenate(([0], count))[start]  # selected actions of the earlier ranks
+    return count - selected - before[rank]
+
+
+def counted_arrays(codes: Sequence[Sequence[int]], kinds: Sequence[int], chunks: Sequence[int]) -> ActionArrays:
+    """The actions of programs written as op codes, one list per rank, where op code c runs `kinds[c]` on chunk
+    `chunks[c]` for the next micro-batch of its own counter (the builder's per-rank counter of that kind and chunk,
+    from 0). No F&B pairs."""
+    lengths = np.array([len(c) for c in codes], dtype=np.int64)
+    code = np.fromiter(itertools.chain.from_iterable(codes), dtype=np.int64, count=int(lengths.sum()))
+    rank = np.repeat(np.arange(len(codes), dtype=np.int64), lengths)
+    start = rank_starts(lengths)
+    mb = np.zeros(len(code), dtype=np.int64)
+    for c in range(len(kinds)):
+        selected = code == c
+        mb[selected] = ordinal_in_rank(selected, rank, start)[selected]
+    kind = np.array(kinds, dtype=np.int64)[code]
+    chunk = np.array(chunks, dtype=np.int64)[code]
+    return ActionArrays(kind, chunk, mb, lengths, np.zeros(0, dtype=np.int64))

@@ -4,8 +4,8 @@ A schedule's geometry and rules are declared once in `paraplan.specs.schedule`; 
 function that writes its per-rank programs (`paraplan.sim.program.RankProgram`), one module per family:
 - gpipe: `paraplan.sim.gpipe`;
 - 1f1b, interleaved: `paraplan.sim.one_f_one_b` (with a numpy generator of the same actions, the fast path);
-- zb-h1, zb-v: `paraplan.sim.zero_bubble`;
-- dualpipe, dualpipev: `paraplan.sim.dualpipe`.
+- zb-h1, zb-v: `paraplan.sim.zero_bubble` (with op-code arrays of the same actions, the fast path);
+- dualpipe, dualpipev: `paraplan.sim.dualpipe` (with a numpy decoding of the same actions, the fast path).
 With pp = 1 every schedule degenerates to running each micro-batch's forward and backward in turn.
 
 Adding a schedule: declare it in `paraplan.specs.schedule.SCHEDULES`, write its builder (a `Builder`: pp >= 2,
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 
-from paraplan.sim.dualpipe import dualpipe, dualpipev
+from paraplan.sim.dualpipe import dualpipe, dualpipe_arrays, dualpipev, dualpipev_arrays
 from paraplan.sim.gpipe import gpipe
 from paraplan.sim.one_f_one_b import interleaved, interleaved_arrays, one_f_one_b, one_f_one_b_arrays
 from paraplan.sim.program import BW, Action, ActionArrays, F, RankProgram, flatten
-from paraplan.sim.zero_bubble import zb_h1, zb_v
+from paraplan.sim.zero_bubble import zb_h1, zb_h1_arrays, zb_v, zb_v_arrays
 from paraplan.specs.schedule import DUALPIPE, DUALPIPEV, GPIPE, INTERLEAVED, ONE_F_ONE_B, ZB_H1, ZB_V, validate_schedule
 from paraplan.specs.schedule import schedule as schedule_named
 
@@ -47,10 +47,10 @@ PROGRAM_BUILDERS: Mapping[str, ProgramBuilder] = MappingProxyType(
         GPIPE.name: ProgramBuilder(gpipe),
         ONE_F_ONE_B.name: ProgramBuilder(one_f_one_b, one_f_one_b_arrays),
         INTERLEAVED.name: ProgramBuilder(interleaved, interleaved_arrays),
-        ZB_H1.name: ProgramBuilder(zb_h1),
-        ZB_V.name: ProgramBuilder(zb_v),
-        DUALPIPE.name: ProgramBuilder(dualpipe),
-        DUALPIPEV.name: ProgramBuilder(dualpipev),
+        ZB_H1.name: ProgramBuilder(zb_h1, zb_h1_arrays),
+        ZB_V.name: ProgramBuilder(zb_v, zb_v_arrays),
+        DUALPIPE.name: ProgramBuilder(dualpipe, dualpipe_arrays),
+        DUALPIPEV.name: ProgramBuilder(dualpipev, dualpipev_arrays),
     }
 )
 """Schedule name (`paraplan.specs.schedule.SCHEDULES`) -> the builder of its programs."""

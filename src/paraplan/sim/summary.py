@@ -95,9 +95,10 @@ def summarize(
     rank_done = list(tl.rank_done_s)
     sync_s = max(rank_done)
     optimizer = costs.optimizer_per_rank_s()
-    gather_after = [
-        0.0 if costs.overlap_param_gather else sum(c.dp_param_gather_s for c in row) for row in costs.chunks
-    ]
+    if costs.overlap_param_gather:
+        gather_after = [0.0] * pp
+    else:  # sum() over a list: the same additions as over a generator, without one per rank
+        gather_after = [sum([c.dp_param_gather_s for c in row]) for row in costs.chunks]
     post = [optimizer[r] + gather_after[r] for r in range(pp)]
     post_rank = max(range(pp), key=lambda r: (post[r], -r))
     step_s = sync_s + post[post_rank]

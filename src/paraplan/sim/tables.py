@@ -13,7 +13,7 @@ ignored). This is the only place EP overlap hides the all-to-all: within a phase
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -46,12 +46,13 @@ class DurationTables:
 def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> DurationTables:
     """The tables by cost key: a [stage, kind] grid (stage = rank * n_chunks + chunk), then the pairs.
     parts=False: the durations and FSDP times only, the parts of the durations left zero (a plan with F&B
-    pairs gets them all: its pair durations need the exposed EP communication)."""
+    pairs finds its chunks' exposed EP communication too: its pair durations need it; the same floats as with the
+    parts, tests/sim/test_tables.py)."""
     flat = [c for row in costs.chunks for c in row]
     n_base = len(flat) * N_KINDS
     n_keys = plan.n_keys
-    if not parts and not plan.pair_keys:
-        return _timing_tables(plan, flat)
+    if not parts:
+        return _paired_timing_tables(plan, costs, flat) if plan.pair_keys else _timing_tables(plan, flat)
 
     def column(values: list[float]) -> np.ndarray:
         return np.array(values, dtype=np.float64)
@@ -76,15 +77,7 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
     units, demand = np.ones(n_keys), np.zeros(n_keys)
     units[:n_base] = np.stack((units_s,) * N_KINDS, axis=1).ravel()
     demand[:n_base] = np.stack((demand_s,) * N_KINDS, axis=1).ravel()
-    if not parts and not plan.pair_keys:
-        none = np.zeros(n_keys)
-        return DurationTables(dur, none, none, none, {}, {}, gather, scatter, units, demand)
-    with_comm = f + b  # W (weight gradients) communicates nothing
-    comm_share = np.zeros((len(flat), N_KINDS))  # the part of a chunk's communication inside each kind
-    busy = with_comm > 0
-    np.divide(f, with_comm, out=comm_share[:, F], where=busy)
-    np.divide(b, with_comm, out=comm_share[:, B], where=busy)
-    comm_share[:, BW] = comm_share[:, B]
+    comm_share = _comm_share(f, b)
     exposed, hidden = {}, {}
     comm_in = np.zeros((len(flat), N_KINDS))
     for k in costs.intra_kinds():
@@ -105,6 +98,36 @@ def build_tables(plan: Plan, costs: PipelineCosts, *, parts: bool = True) -> Dur
         plan, costs.pair_interference, dur, fwd, bwd, rec, gather, scatter, units, demand, exposed, hidden
     )
     return DurationTables(dur, fwd, bwd, rec, exposed, hidden, gather, scatter, units, demand, interference_s=slowed)
+
+
+def _comm_share(f: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """[chunk, kind]: the part of each chunk's communication inside each kind, F and B (and BW) in proportion to
+    their durations (W, the weight gradients, communicates nothing)."""
+    with_comm = f + b
+    comm_share = np.zeros((len(f), N_KINDS))
+    busy = with_comm > 0
+    np.divide(f, with_comm, out=comm_share[:, F], where=busy)
+    np.divide(b, with_comm, out=comm_share[:, B], where=busy)
+    comm_share[:, BW] = comm_share[:, B]
+    return comm_share
+
+
+def _paired_timing_tables(plan: Plan, costs: PipelineCosts, flat: list[ChunkCost]) -> DurationTables:
+    """`build_tables(parts=False)` with F&B pairs: the base keys gathered as `_timing_tables` does, then the pairs'
+    entries from the chunks' exposed EP communication alone (`_pair_timing`), the other parts left zero: the same
+    floats as the tables with the parts (tests/sim/test_tables.py)."""
+    tables = _timing_tables(plan, flat)
+    f = np.array([c.forward_s for c in flat], dtype=np.float64)
+    b = np.array([c.backward_input_s for c in flat], dtype=np.float64)
+    ep = np.array([c.comm_exposed_s.get("ep", 0.0) for c in flat], dtype=np.float64)
+    exposed_ep = np.zeros(plan.n_keys)
+    exposed_ep[: len(flat) * N_KINDS] = (ep[:, None] * _comm_share(f, b)).ravel()
+    # the tables are views of `padded`, so the pairs' entries land there too (the compiled loops read it)
+    slowed = _pair_timing(
+        plan, costs.pair_interference, tables.dur_s, tables.fsdp_gather_s, tables.fsdp_scatter_s, tables.fsdp_units,
+        tables.fsdp_on_demand, exposed_ep,
+    )[3]  # fmt: skip
+    return replace(tables, interference_s=slowed)
 
 
 FIGURES = 8
@@ -146,18 +169,21 @@ def _timing_tables(plan: Plan, flat: list[ChunkCost]) -> DurationTables:
     chunks' figures gathered through the plan's `timing_layout` (the same floats: b + w and gather + refetch are the
     same additions, element by element; tests/sim/test_tables.py). The tables are views of one padded array
     (`DurationTables.padded`), whose extra column the compiled loops read."""
-    rows: dict[int, tuple] = {}  # by chunk: the ranks of a pipeline share their stages' ChunkCost objects
+    index: dict[int, int] = {}  # by chunk: the ranks of a pipeline share their stages' ChunkCost objects
+    rows: list[tuple] = []
     for c in flat:
-        if id(c) not in rows:
-            rows[id(c)] = (
+        if id(c) not in index:
+            index[id(c)] = len(rows)
+            rows.append((
                 c.forward_s, c.backward_input_s, c.backward_weight_s, c.fsdp_gather_s, c.fsdp_refetch_s,
                 c.fsdp_reduce_scatter_s, float(c.fsdp_on_demand),
                 1 if c.fsdp_on_demand or c.fsdp_units < 1 else c.fsdp_units,  # max(1, units) without the call
                 0.0, 0.0,
-            )  # fmt: skip
-    figures = np.array([rows[id(c)] for c in flat], dtype=np.float64).reshape(len(flat), _PER_CHUNK)
-    figures[:, _BW] = figures[:, 1] + figures[:, 2]
-    figures[:, _BEFORE_B] = figures[:, 3] + figures[:, 4]
+            ))  # fmt: skip
+    distinct = np.array(rows, dtype=np.float64).reshape(len(rows), _PER_CHUNK)
+    distinct[:, _BW] = distinct[:, 1] + distinct[:, 2]  # elementwise: the same sums as per flat chunk
+    distinct[:, _BEFORE_B] = distinct[:, 3] + distinct[:, 4]
+    figures = distinct[np.array([index[id(c)] for c in flat], dtype=np.int64)]  # each chunk's row, in order
     values = np.concatenate((figures.ravel(), _CONSTANTS))
     padded = values[timing_layout(plan, len(flat))]
     dur, gather, scatter, units, demand = (row[:-1] for row in padded)
@@ -187,23 +213,40 @@ def _pair_entries(
     without pairs)."""
     if not plan.pair_keys:
         return None
-    pairs = np.array(plan.pair_keys, dtype=np.int64)
-    key = plan.pp * plan.n_chunks * N_KINDS + np.arange(len(pairs))
-    kf = (pairs[:, 0] * plan.n_chunks + pairs[:, 1]) * N_KINDS + F
-    kb = (pairs[:, 0] * plan.n_chunks + pairs[:, 3]) * N_KINDS + pairs[:, 2]
-    ep_f, ep_b = exposed["ep"][kf], exposed["ep"][kb]
-    # each one's all-to-all hides behind the other's compute only, not its own (the phase waits for it)
-    overlapped = np.minimum(ep_f, dur[kb] - ep_b) + np.minimum(ep_b, dur[kf] - ep_f)
-    slowed = np.zeros(len(dur))
-    slowed[key] = interference * overlapped
-    dur[key] = dur[kf] + dur[kb] - overlapped + slowed[key]
+    ep = exposed["ep"]
+    key, kf, kb, slowed, overlapped = _pair_timing(plan, interference, dur, gather, scatter, units, demand, ep)
     fwd[key], bwd[key], rec[key] = fwd[kf], bwd[kb], rec[kb]
-    gather[key], scatter[key] = gather[kf] + gather[kb], scatter[kf] + scatter[kb]
-    demand[key] = np.maximum(demand[kf], demand[kb])
-    units[key] = np.where(demand[key] > 0, 1.0, units[kf] + units[kb])
     for k in exposed:
         exposed[k][key] = exposed[k][kf] + exposed[k][kb]
         hidden[k][key] = hidden[k][kf] + hidden[k][kb]
     exposed["ep"][key] -= overlapped
     hidden["ep"][key] += overlapped
     return slowed
+
+
+def _pair_timing(
+    plan: Plan,
+    interference: float,
+    dur: np.ndarray,
+    gather: np.ndarray,
+    scatter: np.ndarray,
+    units: np.ndarray,
+    demand: np.ndarray,
+    exposed_ep: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The F&B pair keys' durations and FSDP entries (a plan with pairs), from the base keys' and their exposed EP
+    communication `exposed_ep`: (pair keys, their F keys, their B keys, the slowdown by key, the EP seconds hidden)."""
+    pairs = np.array(plan.pair_keys, dtype=np.int64)
+    key = plan.pp * plan.n_chunks * N_KINDS + np.arange(len(pairs))
+    kf = (pairs[:, 0] * plan.n_chunks + pairs[:, 1]) * N_KINDS + F
+    kb = (pairs[:, 0] * plan.n_chunks + pairs[:, 3]) * N_KINDS + pairs[:, 2]
+    ep_f, ep_b = exposed_ep[kf], exposed_ep[kb]
+    # each one's all-to-all hides behind the other's compute only, not its own (the phase waits for it)
+    overlapped = np.minimum(ep_f, dur[kb] - ep_b) + np.minimum(ep_b, dur[kf] - ep_f)
+    slowed = np.zeros(len(dur))
+    slowed[key] = interference * overlapped
+    dur[key] = dur[kf] + dur[kb] - overlapped + slowed[key]
+    gather[key], scatter[key] = gather[kf] + gather[kb], scatter[kf] + scatter[kb]
+    demand[key] = np.maximum(demand[kf], demand[kb])
+    units[key] = np.where(demand[key] > 0, 1.0, units[kf] + units[kb])
+    return key, kf, kb, slowed, overlapped

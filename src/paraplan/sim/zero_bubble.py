@@ -6,7 +6,9 @@ gradient, local), and move W into what would otherwise be bubbles.
 
 from __future__ import annotations
 
-from paraplan.sim.program import Action, B, F, RankProgram, W
+import numpy as np
+
+from paraplan.sim.program import Action, ActionArrays, B, F, RankProgram, W, counted_arrays
 
 
 def zb_h1(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> tuple[RankProgram, ...]:
@@ -92,3 +94,50 @@ def zb_v(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> tuple[RankPr
         actions += [(W, 0, mb) for mb in range(w0, b0)]
         programs.append(RankProgram(tuple(a for a in actions if a[2] < m)))
     return tuple(programs)
+
+
+# ------------------------------------------------------------------ the same actions as flat arrays (the fast path)
+# Each (kind, chunk) of these programs runs its micro-batches in order, one counter each (`program.counted_arrays`):
+# the programs written as op codes by segment, with list repetition.
+_H1_KINDS, _H1_CHUNKS = (F, B, W), (0, 0, 0)
+_V_KINDS, _V_CHUNKS = (F, F, B, B, W, W), (0, 1, 0, 1, 0, 1)
+_F0, _F1, _B0, _B1, _W0, _W1 = range(6)
+
+
+def zb_h1_arrays(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> ActionArrays:
+    """`zb_h1(pp, vpp, m)`, flattened: step j runs F (while forwards are left), B, then W from step `rank` on."""
+    f, b, w = 0, 1, 2
+    codes = []
+    for rank in range(pp):
+        warmup = min(pp - rank - 1, m)
+        forwards_until, weights_from = m - warmup, rank  # steps with an F: j < forwards_until; with a W: j >= rank
+        low = min(forwards_until, weights_from, m)
+        high = min(max(forwards_until, weights_from), m)
+        middle = [b] if forwards_until < weights_from else [f, b, w]
+        rank_codes = [f] * warmup + [f, b] * low + middle * (high - low) + [b, w] * (m - high)
+        rank_codes += [w] * (m - max(0, m - weights_from))  # the W passes left for the cool-down
+        codes.append(rank_codes)
+    return counted_arrays(codes, _H1_KINDS, _H1_CHUNKS)
+
+
+def zb_v_arrays(pp: int, vpp: int, m: int, overlap_pairs: bool = False) -> ActionArrays:
+    """`zb_v(pp, vpp, m)`, flattened: the phases of its loops as repeated op codes, the actions of micro-batches
+    past m dropped."""
+    n = max(2 * pp - 1, m)
+    codes = []
+    for rank in range(pp):
+        f0 = 2 * pp - rank - 1  # forwards of chunk 0 and 1 before the steady state
+        with_f0 = max(0, n - f0)  # steady-state rounds with a forward of chunk 0, then those without
+        without = max(0, max(n, f0) - (pp + with_f0))
+        codes.append(
+            [_F0] * (2 * (pp - rank) - 1) + [_F1, _F0] * rank + [_F1, _B1, _W1] * (pp - rank)
+            + [_F0, _B0, _W0, _F1, _B1, _W1] * with_f0 + [_B0, _W0, _F1, _B1, _W1] * without
+            + [_B0, _B1] * rank + [_B0, _W0] * (pp - rank) + [_W1] * rank + [_W0] * rank
+        )  # fmt: skip
+    arrays = counted_arrays(codes, _V_KINDS, _V_CHUNKS)
+    if n == m:
+        return arrays
+    keep = arrays.mb < m
+    rank = np.repeat(np.arange(pp, dtype=np.int64), arrays.lengths)
+    lengths = np.bincount(rank[keep], minlength=pp).astype(np.int64)
+    return ActionArrays(arrays.kind[keep], arrays.chunk[keep], arrays.mb[keep], lengths, arrays.pair_starts)

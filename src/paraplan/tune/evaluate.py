@@ -128,14 +128,28 @@ class Evaluator:
     # ------------------------------------------------------------------ one candidate
     def screen(self, c: Candidate, train: TrainingSpec | None = None) -> tuple[TrainingSpec | None, str]:
         """(resolved training spec, "") when legal and admitted by the memory filter; (None, reason) otherwise."""
+        resolved, reason, _ = self._screen(c, train)
+        return resolved, reason
+
+    def _screen(self, c: Candidate, train: TrainingSpec | None) -> tuple[TrainingSpec | None, str, MemoryResult | None]:
+        """`screen`, with the memory per rank the default filter found for the resolved spec (the projection takes it,
+        as the group path's do); None with another filter."""
         problems = spec_problems(self.problem, c.num_gpus, train) if train else candidate_problems(self.problem, c)
         if problems:
-            return None, "illegal: " + "; ".join(problems)
+            return None, "illegal: " + "; ".join(problems), None
         system = self.problem.system(c.num_gpus)
         resolved = check(self.problem.model, system, train or to_training(self.problem, c))
-        if not self.memory_filter.admits(self.problem.model, system, resolved):
-            return None, "memory: rejected by the pre-filter (estimate above the usable HBM)"
-        return resolved, ""
+        memory = None
+        if type(self.memory_filter) is MemoryFilter:  # the projection's memory model: its memory, kept
+            variant = (resolved.recompute_granularity, resolved.recompute_num_layers)
+            group = GroupMemory(self.problem.model, system, resolved, self._stages)
+            if group.fits(*variant):
+                memory = group.memory(*variant)
+        elif self.memory_filter.admits(self.problem.model, system, resolved):
+            return resolved, "", None
+        if memory is None:
+            return None, "memory: rejected by the pre-filter (estimate above the usable HBM)", None
+        return resolved, "", memory
 
     def options_for(self, system: SystemSpec, train: TrainingSpec) -> ProjectionOptions:
         """The core's default options with the calibration looked up once per GPU and framework and the problem's
@@ -170,10 +184,10 @@ class Evaluator:
         cached = self._cache.get(c) if train is None else None
         if cached is not None:
             return cached, ""
-        resolved, reason = self.screen(c, train)
+        resolved, reason, memory = self._screen(c, train)
         if resolved is None:
             return None, reason
-        return self._project(c, resolved, source, exact=train is not None)
+        return self._project(c, resolved, source, train is not None, memory)
 
     # ------------------------------------------------------------------ tasks
     def run(self, task: Task) -> TaskReport:

@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from paraplan.graph import layers as L
 from paraplan.graph.partition import PipelineSplit, chunks_per_rank, pipeline_split
 from paraplan.memory.activations import layer_modes
-from paraplan.memory.model import MemoryResult, RankStatesCache, StageFootprint, pipeline_memory, states_floor_bytes
+from paraplan.memory.model import (
+    MemoryResult,
+    RankStatesCache,
+    StageFootprint,
+    fragmentation_share,
+    may_read_moments,
+    pipeline_memory,
+    stage_maxima,
+    states_floor_bytes,
+)
 from paraplan.projection import Parts, _layout_parts, stage_footprints
 from paraplan.sim.engine import schedule_plan
 from paraplan.sim.plan import Plan, peak_live_bytes
@@ -65,6 +74,8 @@ class GroupMemory:
             (train.recompute_granularity, train.recompute_num_layers): train
         }
         self._memories: dict[tuple[str, int | None], MemoryResult] = {}
+        self._peaks: dict[tuple[str, int | None], list[float]] = {}  # each variant's in-flight peaks per rank
+        self._floors: list[float] = []  # per rank, `states_floor_bytes` (`cannot_fit`: empty until it ran)
         # the ranks' weights, gradients and optimizer states: the same for every recompute variant (`RankStates`)
         self._states: RankStatesCache = {}
         # the stages' blocks by layer modes, and each stage's footprint by its blocks, for this split and shard
@@ -124,19 +135,51 @@ class GroupMemory:
         can move its states by a few roundings, far inside `FLOOR_MARGIN`."""
         footprints = self._stage_footprints(layer_modes(self.train))
         floors = states_floor_bytes(self.model, self.shard, self.train, footprints, self.holder, self._states)
-        usable = MemoryResult((), self.system.gpu.hbm_bytes).usable_bytes
-        return max(floors, default=0.0) > usable * (1 + FLOOR_MARGIN)
+        self._floors = floors
+        return max(floors, default=0.0) > self._usable_bytes() * (1 + FLOOR_MARGIN)
+
+    def _usable_bytes(self) -> float:
+        return MemoryResult((), self.system.gpu.hbm_bytes).usable_bytes
+
+    def surely_over(self, mode: str, full_layers: int | None = None) -> bool:
+        """Whether this recompute variant is known not to fit without its memory per rank: a rank's floor (`cannot_fit`,
+        run before) plus what the variant adds to it at least (its in-flight activations with their fragmentation, the
+        largest recompute and backward working sets: parts that are never negative) is above the usable HBM by more
+        than `FLOOR_MARGIN`, far beyond the roundings by which that sum and `pipeline_memory`'s total can differ. False
+        where it cannot tell: before `cannot_fit`, or where the ranks' activations may come from the plan's memory
+        moments (`memory.model.may_read_moments`), which can be below the static peak."""
+        if not self._floors or may_read_moments(self.train):
+            return False
+        train = self.train_for(mode, full_layers)
+        footprints = self._stage_footprints(layer_modes(train))
+        peaks = self._peaks_of((mode, full_layers), footprints)
+        _, full_saved, transient = stage_maxima(footprints)
+        fragmentation = fragmentation_share(train)
+        limit = self._usable_bytes() * (1 + FLOOR_MARGIN)
+        return any(
+            floor + peak + fragmentation * peak + full_saved + transient > limit
+            for floor, peak in zip(self._floors, peaks, strict=True)
+        )
+
+    def _peaks_of(self, key: tuple[str, int | None], footprints: list[StageFootprint]) -> list[float]:
+        """The variant's in-flight activation peak per rank (`peak_live_bytes` of its stages' saved bytes)."""
+        peaks = self._peaks.get(key)
+        if peaks is None:
+            if self._multi_chunk:
+                plan = self.plan
+                peaks = [
+                    peak_live_bytes(plan, r, [footprints[i].saved_bytes for i in row])
+                    for r, row in enumerate(self.holder)
+                ]
+            else:
+                peaks = self._one_chunk_peaks(footprints)
+            self._peaks[key] = peaks
+        return peaks
 
     def _memory(self, mode: str, full_layers: int | None) -> MemoryResult:
         train = self.train_for(mode, full_layers)
         footprints = self._stage_footprints(layer_modes(train))
-        if self._multi_chunk:
-            plan = self.plan
-            peaks = [
-                peak_live_bytes(plan, r, [footprints[i].saved_bytes for i in row]) for r, row in enumerate(self.holder)
-            ]
-        else:
-            peaks = self._one_chunk_peaks(footprints)
+        peaks = self._peaks_of((mode, full_layers), footprints)
         return pipeline_memory(
             self.model, self.shard, train, self.system.gpu.hbm_bytes, footprints, self.holder, peaks,
             lambda: self.plan.memory_moments, self._states,
@@ -162,6 +205,9 @@ class GroupMemory:
         return self.memory(mode, full_layers).peak.total_bytes
 
     def fits(self, mode: str, full_layers: int | None = None) -> bool:
+        """The projection's verdict (`MemoryResult.fits`), without the memory per rank where `surely_over` knows."""
+        if (mode, full_layers) not in self._memories and self.surely_over(mode, full_layers):
+            return False
         return self.memory(mode, full_layers).fits
 
 

@@ -383,6 +383,7 @@ class SearchSpace:
 
     def _rest(self, num_gpus, precision, tp, cp, sp, mbs, pp, shapes, model) -> Iterator[Candidate]:  # noqa: ANN001
         dp = num_gpus // (tp * cp * pp)
+        knob_combinations = self.knob_combinations()  # the same for every structure (read only)
         for (schedule, vpp), ep, etp, sharding in itertools.product(
             shapes, self.ep_values(), self.etp_values(tp), self.sharding_values()
         ):
@@ -416,7 +417,7 @@ class SearchSpace:
                     tp_comm_overlap=tco,
                     ep_overlap=epo,
                 )
-                for knobs in self.knob_combinations():
+                for knobs in knob_combinations:
                     yield base.with_axes(**knobs) if knobs else base
 
     def layers_per_chunk(self, c: Candidate) -> int:

@@ -11,9 +11,11 @@ was found.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from math import isnan
 
 from paraplan.errors import ConfigError
 from paraplan.specs.schedule import schedule as schedule_named
@@ -124,7 +126,16 @@ def score(evaluation: Evaluation) -> float:
 
 
 def rank(evaluations: Iterable[Evaluation], top_k: int) -> list[Evaluation]:
+    """The best `top_k` that fit: by throughput, then memory, then the candidate's order (`Candidate.sort_key`)."""
     fitting = [e for e in evaluations if e.fits]
+    if len(fitting) > top_k:
+        # the candidate's order only breaks ties: the first top_k by the whole key are among those whose (throughput,
+        # memory) is at most the top_k-th smallest; the others are left out before their order keys are built (the
+        # same list: the sort is stable and the filter keeps the order). NaN compares neither way: all are sorted
+        heads = [(-score(e), e.peak_gib) for e in fitting]
+        if not any(isnan(a) or isnan(b) for a, b in heads):
+            cut = heapq.nsmallest(top_k, heads)[-1]
+            fitting = [e for e, head in zip(fitting, heads, strict=True) if head <= cut]
     return sorted(fitting, key=lambda e: (-score(e), e.peak_gib, e.candidate.sort_key()))[:top_k]
 
 
@@ -228,14 +239,17 @@ def _cost(c: Candidate, gbs: int) -> int:
     )
 
 
-def _work_order(structures: list[Candidate], gbs: int) -> list[Candidate]:
+def _work_order(structures: list[Candidate], gbs: int) -> tuple[list[Candidate], list[int]]:
     """The costliest plans first (the workers then end together on cheap ones), each plan's structures
     together (one worker builds the plan, the costliest thing to rebuild), then shard and process groups
-    (per-layer cost entries)."""
-    return sorted(
-        structures,
-        key=lambda c: (-_cost(c, gbs), _plan_key(c, gbs), c.num_gpus, c.precision, c.tp, c.cp, c.sp, c.mbs),
-    )
+    (per-layer cost entries); with each structure's `_cost` (estimated once)."""
+    costs = [_cost(c, gbs) for c in structures]
+    keys = [
+        (-cost, _plan_key(c, gbs), c.num_gpus, c.precision, c.tp, c.cp, c.sp, c.mbs)
+        for c, cost in zip(structures, costs, strict=True)
+    ]
+    order = sorted(range(len(structures)), key=keys.__getitem__)  # stable, as sorting the structures by their keys
+    return [structures[i] for i in order], [costs[i] for i in order]
 
 
 def _group_tasks(
@@ -247,17 +261,20 @@ def _group_tasks(
     stop: Callable[[], bool],
     max_cost: float = float("inf"),
     deadline_unix: float | None = None,
+    costs: Sequence[int] | None = None,
 ) -> Iterator[Task]:
     """Batches of about `groups_per_task` structures in work order, cut between plan keys, so that one worker
     builds each plan and its neighbours reuse it; a batch whose estimated cost reaches `max_cost` is cut
-    sooner, so that no worker is left with a long tail of work."""
+    sooner, so that no worker is left with a long tail of work. `costs`: each structure's `_cost`, known already."""
+    costs = costs if costs is not None else [_cost(c, gbs) for c in structures]
+    keys = [_plan_key(c, gbs) for c in structures]
     batch: list[Candidate] = []
     cost = 0
     for i, structure in enumerate(structures):
         batch.append(structure)
-        cost += _cost(structure, gbs)
+        cost += costs[i]
         last = i + 1 == len(structures)
-        boundary = last or _plan_key(structures[i + 1], gbs) != _plan_key(structure, gbs)
+        boundary = last or keys[i + 1] != keys[i]
         if (boundary and len(batch) >= options.groups_per_task) or cost >= max_cost or last:
             if stop():
                 return
@@ -503,13 +520,12 @@ def _exhaustive(run: _Run) -> None:
             return
         if not run.done_groups or structure.key() not in run.done_groups:
             structures.append(structure)
-    structures = _work_order(structures, gbs)
+    structures, costs = _work_order(structures, gbs)
     ledger.done, ledger.total = 0, len(structures)
     prune = len(options.objectives) == 1
-    total = sum(_cost(c, gbs) for c in structures)
-    max_cost = total / (TASKS_PER_WORKER * executor.workers)
+    max_cost = sum(costs) / (TASKS_PER_WORKER * executor.workers)
     tasks = _group_tasks(
-        structures, gbs, options, prune, run.study is not None, run.stop, max_cost, run.task_deadline()
+        structures, gbs, options, prune, run.study is not None, run.stop, max_cost, run.task_deadline(), costs
     )
     for report in executor.run(tasks):
         ledger.add(report, count_groups=True)
