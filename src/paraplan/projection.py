@@ -33,7 +33,7 @@ from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.collectives import SourceKey, add_records, collective_sources, record, timed_collective
 from paraplan.cost.comm import GroupPlacement, place_group
 from paraplan.cost.compute import weight_quantize_s
-from paraplan.cost.fsdp_copies import fsdp2_copies
+from paraplan.cost.fsdp_copies import NO_COPIES, fsdp2_copies
 from paraplan.cost.offload import optimizer_step_s
 from paraplan.cost.quantize import LOW_PRECISIONS, WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS
 from paraplan.graph import kinds as K
@@ -145,6 +145,8 @@ def _fsdp2_copies_s(
     it; with sharded gradients only (ZeRO-2) the parameters are gathered once a step and the gradients reduced
     every micro-batch (`_dp_times`)."""
     copies = fsdp2_copies(params, train, system.gpu, cal, units)
+    if copies is NO_COPIES:
+        return 0.0, 0.0
     if train.shards_params:
         return copies.copy_out_s, copies.copy_out_s + copies.copy_in_s
     return copies.copy_out_s / train.num_microbatches, copies.copy_in_s

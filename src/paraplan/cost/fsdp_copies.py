@@ -41,11 +41,15 @@ class Fsdp2Copies:
     copy_in_s: float  # before one reduce-scatter of every unit
 
 
+NO_COPIES = Fsdp2Copies(0.0, 0.0)
+"""Outside FSDP2 sharding: one shared value, so the projection's hot path builds nothing for it."""
+
+
 def fsdp2_copies(params: float, train: TrainingSpec, gpu: GpuSpec, cal: Calibration, units: int) -> Fsdp2Copies:
     """The copies of `units` FSDP2 units holding `params` parameters on this GPU (its tensor-parallel shard);
     none for other frameworks, or without sharded parameters or gradients."""
     if train.framework not in FSDP2_FRAMEWORKS or params <= 0 or not (train.shards_params or train.zero_stage == 2):
-        return Fsdp2Copies(0.0, 0.0)
+        return NO_COPIES
     bytes_per_s = gpu.hbm_bytes_per_s * cal.memory_efficiency
     launches = max(1, units) * cal.kernel_launch_s
     copy_out = 2 * train.param_gather_bytes * params / bytes_per_s + launches  # read the buffer, write the params
