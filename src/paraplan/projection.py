@@ -43,7 +43,13 @@ from paraplan.graph.ops import CommAxis, CommKind, Op
 from paraplan.graph.partition import PipelineSplit, VirtualStage, chunks_per_rank, pipeline_split, split_stages
 from paraplan.memory.activations import FULL_INNER, OFFLOAD, LayerModes, layer_modes
 from paraplan.memory.blocks import BlockMemory, block_memory
-from paraplan.memory.model import MemoryResult, StageFootprint, expert_dp, pipeline_memory
+from paraplan.memory.model import (
+    MemoryResult,
+    StageFootprint,
+    expert_dp,
+    pipeline_memory,
+    quantized_copy_bytes_per_weight,
+)
 from paraplan.readset import ReadSet, ReadSetMemo
 from paraplan.result import Projection
 from paraplan.sim.costs import DEFAULT_DP_BUCKETS_PER_CHUNK, ChunkCost, PipelineCosts
@@ -312,7 +318,7 @@ def _layout_parts(
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)
 def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFootprint:
     """Parameters and saved bytes of one model stage: its blocks' (`block_memory_of`) added up."""
-    dense = expert = saved = max_layer = max_full_saved = loss_logits = edge = max_transient = 0.0
+    dense = expert = saved = max_layer = max_full_saved = loss_logits = edge = max_transient = quantized = 0.0
     run_heads = run_inner = 0  # Megatron's uniform method: the layers that keep a run's input, and the others
     present = {kind for kind, _, _, _ in parts} if model.tied_embeddings else set()  # read with tied embeddings only
     for kind, mode, count, bf16 in parts:
@@ -323,6 +329,7 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
             if not layer_kind.is_decoder_layer:
                 edge += memory.dense_params * count
         expert += memory.expert_params * count
+        quantized += quantized_weight_elements(kind, model, part_shard(shard, bf16)) * count
         saved += memory.saved_bytes * count
         if layer_kind.is_decoder_layer:
             max_layer = max(max_layer, memory.dense_params + memory.expert_params)
@@ -336,7 +343,7 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
         loss_logits = max(loss_logits, memory.loss_logits)  # the vocab-parallel logits (`memory.loss`)
     if run_inner:  # a uniform run is recomputed whole before its backward: all its layers' activations at once
         max_full_saved *= -(-(run_heads + run_inner) // max(1, run_heads))
-    return StageFootprint(dense, expert, saved, max_layer, max_full_saved, loss_logits, edge, max_transient)
+    return StageFootprint(dense, expert, saved, max_layer, max_full_saved, loss_logits, edge, max_transient, quantized)
 
 
 def stage_footprints(
@@ -771,7 +778,7 @@ def project_specs(
         plan = schedule_plan(train.pipeline_schedule, train.pp, chunks, train.num_microbatches, train.overlaps_ep)
         memory = pipeline_memory(
             model, shard, train, system.gpu.hbm_bytes, footprints, holder, pipeline.peak_activation_bytes,
-            lambda: plan.memory_moments,
+            lambda: plan.memory_moments, quantized_copy_bytes=quantized_copy_bytes_per_weight(train, system.gpu),
         )  # fmt: skip
     tokens = train.gbs * train.seq
     step_flops_model = model_flops_per_sequence(model, train.seq, train.attention_backend) * train.gbs

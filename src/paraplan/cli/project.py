@@ -141,6 +141,13 @@ def _projection_command(
     num_layers_at_end_in_bf16: Annotated[
         int | None, Opt("--num-layers-at-end-in-bf16", help="with --first-last-layers-bf16 (Megatron default 1)")
     ] = None,
+    fp8_param_gather: Annotated[
+        bool | None,
+        Opt(
+            "--fp8-param-gather/--no-fp8-param-gather",
+            help="FP8/NVFP4 megatron-core runs: quantised primary weights, no 16-bit copy (Megatron flag; default off)",
+        ),
+    ] = None,
     schedule: Annotated[str | None, Opt("--schedule", help=" ".join(SCHEDULES))] = None,
     attention_backend: Annotated[str | None, Opt("--attention-backend", help="flash | unfused")] = None,
     kernel_fusion: KernelFusionOpt = None,

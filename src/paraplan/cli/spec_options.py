@@ -45,6 +45,7 @@ TRAINING_OPTIONS: Mapping[str, str] = MappingProxyType(
         "first_last_layers_bf16": "first_last_layers_bf16",
         "num_layers_at_start_in_bf16": "num_layers_at_start_in_bf16",
         "num_layers_at_end_in_bf16": "num_layers_at_end_in_bf16",
+        "fp8_param_gather": "fp8_param_gather",
         "schedule": "pipeline_schedule",
         "attention_backend": "attention_backend",
         "kernel_fusion": "kernel_fusion",

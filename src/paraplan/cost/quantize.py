@@ -58,6 +58,18 @@ class QuantRecipe:
     weight_two_d: bool = False
     """Weights in 2D blocks: one quantisation holds both orientations (written twice for the GEMM's layout,
     read once)."""
+    weight_stored_bytes: float | None = None
+    """Bytes per element of one orientation of a quantised weight as Transformer Engine stores it, its scales
+    included, where that differs from `weight_element_bytes` (None: the same): TE 2.9's NVFP4Quantizer allocates
+    1x16 scale storage in both orientations whatever the weight's 2D blocks (tensor/nvfp4_tensor.py
+    `get_scale_shape`, `make_empty`), so a stored NVFP4 weight holds 0.5 + 1/16 bytes an element each way.
+    Float8 blockwise stores its 2D weights' 128x128 scales as such (float8_blockwise_tensor.py `get_scale_shape`,
+    `block_scaling_dim == 2`); MXFP8 one E8M0 scale per 32 elements each way (mxfp8_tensor.py `make_empty`)."""
+
+    @property
+    def stored_weight_bytes(self) -> float:
+        """Bytes per element of one stored orientation of a quantised weight (`weight_stored_bytes`)."""
+        return self.weight_element_bytes if self.weight_stored_bytes is None else self.weight_stored_bytes
 
 
 RECIPES: dict[str, QuantRecipe] = {
@@ -80,6 +92,7 @@ RECIPES: dict[str, QuantRecipe] = {
         block_scaled=True,
         separate_columnwise_pass=True,
         weight_two_d=True,
+        weight_stored_bytes=0.5 + 1 / 16,
     ),  # fmt: skip
 }
 LOW_PRECISIONS = frozenset(_LOW_PRECISIONS)
@@ -102,6 +115,17 @@ def needs_columnwise_copy(recipe: QuantRecipe, any_layout_fp8: bool) -> bool:
     """Whether the transposed operand is a copy of its own: block-scaled always, per-tensor FP8 where the GPU's
     FP8 GEMMs are TN only (`any_layout_fp8` False: Hopper)."""
     return recipe.block_scaled or not any_layout_fp8
+
+
+def quantized_weight_bytes(recipe: QuantRecipe, elements: float, any_layout_fp8: bool) -> float:
+    """Bytes of one stored quantised copy of a weight of `elements` with both usages a training GEMM needs: the
+    row-wise data of the forward GEMM and, for the input-gradient GEMM, the column-wise data where it is a copy of
+    its own (`needs_columnwise_copy`: Float8Tensor keeps `_transpose` beside `_data` on Hopper only, TE
+    float8_tensor_storage.py `update_usage` under `is_non_tn_fp8_gemm_supported`; MXFP8, NVFP4 and blockwise
+    tensors hold `rowwise_data` and `columnwise_data`). What a TE linear's cached weight workspace holds
+    (module/base.py `get_weight_workspace`) and what a quantised primary weight holds (`--fp8-param-gather`)."""
+    copies = 2 if needs_columnwise_copy(recipe, any_layout_fp8) else 1
+    return elements * copies * recipe.stored_weight_bytes
 
 
 def activation_quantize_bytes(recipe: QuantRecipe, elements: float, any_layout_fp8: bool) -> float:
@@ -133,6 +157,7 @@ __all__ = [
     "QuantRecipe",
     "activation_quantize_bytes",
     "activation_quantize_kernels",
+    "quantized_weight_bytes",
     "recipe_of",
     "weight_quantize_bytes",
 ]

@@ -180,6 +180,9 @@ RELEVANT: tuple[Arg, ...] = (
     _a("num_layers_at_end_in_bf16", "int"),
     _a("fp4", "str", "--fp4-format", choices=("e2m1",)),
     _a("fp4_recipe", "str", choices=("nvfp4", "custom")),
+    # NVFP4 primary weights (megatron-core TransformerConfig.fp4_param; Megatron-Bridge 0.6.2 MixedPrecisionConfig
+    # `fp4_param_gather`, kept in sync with `fp4_param`)
+    _a("fp4_param_gather", "switch"),
     _a("optimizer", "str", choices=("adam", "sgd")),
 )
 

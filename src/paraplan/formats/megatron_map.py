@@ -34,7 +34,7 @@ from paraplan.graph.partition import chunks_per_rank
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.schedule import megatron_schedule
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.training import TrainingSpec
+from paraplan.specs.training import LOW_PRECISIONS, TrainingSpec
 
 Label = Callable[[str], str]
 
@@ -98,8 +98,9 @@ def specs_from_megatron(
     for dest in FP8_DETAIL_DESTS:
         if has(dest) and not fp8 and not (fp4 and dest in BF16_LAYER_DESTS):
             problems.add(f"{label(dest)} is set but FP8 is off: add {label('fp8')} (e4m3 or hybrid) or remove it")
-    if has("fp4_recipe") and not fp4:
-        problems.add(f"{label('fp4_recipe')} is set but FP4 is off: add {label('fp4')} e2m1 or remove it")
+    for dest in ("fp4_recipe", "fp4_param_gather"):
+        if has(dest) and not fp4:
+            problems.add(f"{label(dest)} is set but FP4 is off: add {label('fp4')} e2m1 or remove it")
     if fp8 and fp4:
         problems.add(f"{label('fp8')} and {label('fp4')} are both set: choose one low precision")
     if fp4:
@@ -116,6 +117,8 @@ def specs_from_megatron(
         problems.note(f"neither {label('bf16')} nor {label('fp16')}: Megatron would train in fp32; projected as bf16")
     if fp8 or fp4:
         train.update(_bf16_layer_fields(v, problems, label))
+    if (fp8 and v.get("fp8_param_gather")) or (fp4 and v.get("fp4_param_gather")):
+        train["fp8_param_gather"] = True  # quantised primary weights (`TrainingSpec.fp8_param_gather`)
     if v.get("optimizer", "adam") != "adam":
         problems.note(f"{label('optimizer')} {v['optimizer']}: paraplan counts Adam optimizer states")
     # ---- recompute
@@ -786,6 +789,8 @@ def megatron_values(model: ModelSpec, system: SystemSpec, train: TrainingSpec) -
     elif train.precision == "nvfp4":
         out["fp4"] = "e2m1"
         out["fp4_recipe"] = "nvfp4"
+    if train.fp8_param_gather and train.precision in LOW_PRECISIONS:
+        out["fp4_param_gather" if train.precision == "nvfp4" else "fp8_param_gather"] = True
     if train.bf16_edge_layers != (0, 0):
         out["first_last_layers_bf16"] = True
         out["num_layers_at_start_in_bf16"], out["num_layers_at_end_in_bf16"] = train.bf16_edge_layers

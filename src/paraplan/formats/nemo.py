@@ -46,9 +46,10 @@ from paraplan.formats.megatron_map import (
     typed_value,
 )
 from paraplan.graph.partition import chunks_per_rank
+from paraplan.specs.frameworks import BRIDGE_QUANTIZED_PARAM_PRECISIONS
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.training import TrainingSpec
+from paraplan.specs.training import LOW_PRECISIONS, TrainingSpec
 from paraplan.specs.validate import resolve_dp
 
 # Megatron-core name -> Megatron-LM argument destination (where they differ).
@@ -73,7 +74,8 @@ SAME_NAME = frozenset(
         "recompute_granularity recompute_method recompute_num_layers recompute_modules fp8 fp8_recipe fp8_margin "
         "fp8_interval fp8_amax_history_len "
         "fp8_amax_compute_algo fp8_wgrad fp8_param_gather first_last_layers_bf16 num_layers_at_start_in_bf16 "
-        "num_layers_at_end_in_bf16 fp4 fp4_recipe bf16 fp16 tp_comm_overlap overlap_moe_expert_parallel_comm "
+        "num_layers_at_end_in_bf16 fp4 fp4_recipe fp4_param_gather bf16 fp16 tp_comm_overlap "
+        "overlap_moe_expert_parallel_comm "
         "attention_backend cp_comm_type global_batch_size micro_batch_size use_distributed_optimizer "
         "overlap_grad_reduce overlap_param_gather use_megatron_fsdp data_parallel_sharding_strategy "
         "cross_entropy_loss_fusion moe_token_dispatcher_type moe_flex_dispatcher_backend "
@@ -117,6 +119,11 @@ SPECIAL = frozenset(
 # Set at run time from `mixed_precision` / the precision plugin and `comm_overlap`, so a model section's own
 # copies are not read when those are present.
 PRECISION_KEYS = frozenset({"bf16", "fp16", "fp8", "fp8_recipe", "fp4", "fp4_recipe"})
+QUANTIZED_PARAM_KEYS = frozenset({"fp8_param_gather", "fp4_param_gather"})
+"""Megatron-Bridge MixedPrecisionConfig fields for quantised primary weights (`TrainingSpec.fp8_param_gather`), also
+DistributedDataParallelConfig's (`ddp.fp8_param_gather`), which the mixed-precision config overwrites
+(megatron-bridge 0.3.0 training/mixed_precision.py `update_config_with_precision_overrides`)."""
+
 ALL_KEYS = SAME_NAME | SPECIAL | LLAMA4_KEYS | frozenset(MCORE_TO_ARG)
 _LOOKS_RELEVANT = re.compile(
     r"paral+el_size|batch_size|recompute|^fp8|^fp4|^moe_(ffn|router_topk|shared|layer)|num_moe|num_layers|"
@@ -194,7 +201,7 @@ def _target_name(value: Any) -> str:
 def _precision_from(value: Any, settings: _Settings, where: str) -> None:
     """A Bridge recipe name / NeMo 2 plugin string, or a mapping of precision fields."""
     if isinstance(value, Mapping):
-        settings.section(value, where, PRECISION_KEYS | frozenset(BF16_LAYER_DESTS))
+        settings.section(value, where, PRECISION_KEYS | frozenset(BF16_LAYER_DESTS) | QUANTIZED_PARAM_KEYS)
         precision = value.get("precision")
         if precision is not None:
             _precision_from(precision, settings, f"{where}.precision")
@@ -208,6 +215,8 @@ def _precision_from(value: Any, settings: _Settings, where: str) -> None:
         if precision in PRECISION_TO_FP8_RECIPE:
             settings.put("fp8", "hybrid", where)
             settings.put("fp8_recipe", PRECISION_TO_FP8_RECIPE[precision], where)
+        if precision in BRIDGE_QUANTIZED_PARAM_PRECISIONS and "fp8_param_gather" not in settings.values:
+            settings.put("fp8_param_gather", True, where)  # the recipe's, unless the config states it
         elif precision == "nvfp4":
             settings.put("fp4", "e2m1", where)
     elif name in ("bf16-mixed", "bf16", "bf16-true"):
@@ -284,7 +293,7 @@ def _to_arguments(s: _Settings) -> tuple[dict[str, Any], str | None]:
     if v.get("fp8") is None:
         off += [d for d in FP8_DETAIL_DESTS if v.get("fp4") is None or d not in BF16_LAYER_DESTS]
     if v.get("fp4") is None:
-        off.append("fp4_recipe")
+        off += ["fp4_recipe", "fp4_param_gather"]
     if v.get("num_moe_experts") is None:
         off += [*MOE_DETAIL_DESTS, "moe_layer_freq", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"]
         off.append("moe_pad_expert_input_to_capacity")
@@ -538,6 +547,16 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
     }
     if bucket_size is not None:
         ddp["bucket_size"] = bucket_size
+    recipe_note = ""
+    if train.precision in LOW_PRECISIONS:  # quantised primary weights (`TrainingSpec.fp8_param_gather`)
+        key = "fp4_param_gather" if train.precision == "nvfp4" else "fp8_param_gather"
+        ddp[key] = train.fp8_param_gather
+        # the recipe's own value overwrites the ddp one
+        if train.fp8_param_gather != (train.precision in BRIDGE_QUANTIZED_PARAM_PRECISIONS):
+            recipe_note = (
+                f"ddp.{key} {train.fp8_param_gather}: Megatron-Bridge's {PRECISION_BRIDGE[train.precision]} sets "
+                f"{not train.fp8_param_gather} and overwrites it; set the recipe's `{key}` to run it as projected"
+            )
     if sharded_params or train.zero_stage == 2:
         ddp["use_megatron_fsdp"] = True
         ddp["data_parallel_sharding_strategy"] = "optim_grads_params" if sharded_params else "optim_grads"
@@ -554,6 +573,8 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
     }
     comments = header_lines(model, system, train, "Megatron-Bridge (NeMo) recipe overrides")
     comments += finish_gaps(gaps, strict, "NeMo/Megatron-Bridge")
+    if recipe_note:
+        comments.append(recipe_note)
     comments.append(
         f"run: torchrun --nproc-per-node {min(system.gpus_per_node, system.num_gpus)} --nnodes {system.num_nodes} "
         "<recipe script> --config-file this.yaml"

@@ -25,8 +25,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from paraplan.cost.block import gathered_params
+from paraplan.cost.compute import any_layout_fp8
+from paraplan.cost.quantize import quantized_weight_bytes, recipe_of
 from paraplan.fastinit import fastinit
 from paraplan.graph import kinds as K
+from paraplan.graph.layers import MEGATRON_CORE_FRAMEWORKS
 from paraplan.memory import fsdp2
 from paraplan.memory.blocks import weight_params
 from paraplan.memory.loss import loss_extra_bytes_per_logit
@@ -36,6 +39,7 @@ from paraplan.specs.training import DEEPSPEED_FRAMEWORKS, TrainingSpec
 if TYPE_CHECKING:
     from paraplan.graph.layers import Shard
     from paraplan.specs.model import ModelSpec
+    from paraplan.specs.system import GpuSpec
 
 GIB = 2**30
 WEIGHT_BYTES = 2  # bf16/fp16 model weights
@@ -60,8 +64,8 @@ def fragmentation_share(train: TrainingSpec) -> float:
 HEADROOM = 0.03  # margin kept free of the HBM capacity for the FITS verdict
 
 ALLOCATED_PARTS = (
-    "weights", "gradients", "optimizer", "activations", "recompute_working_set", "backward_working_set",
-    "loss_working_set",
+    "weights", "quantized_weight_copies", "gradients", "optimizer", "activations", "recompute_working_set",
+    "backward_working_set", "loss_working_set",
     "unsharded_params_and_grads", "communication_buffers", "attention_score_buffer",
 )  # fmt: skip
 RESERVED_PARTS = ("allocator_fragmentation", "allocator_cached_logits", "allocator_all_gather_pool")
@@ -220,6 +224,8 @@ def state_bytes(
     gathered_params: float,
     unsharded_grad_params: float = 0.0,
     fsdp_grad_bytes: float | None = None,
+    quantized_weights: float = 0.0,
+    quantized_copy_bytes: float = 0.0,
 ) -> dict[str, float]:
     """Weights, gradients and optimizer states on one GPU.
 
@@ -229,6 +235,9 @@ def state_bytes(
     at once before their reduce-scatter.
     `fsdp_grad_bytes`: under torch FSDP / Megatron-FSDP, the bytes of unsharded gradients in backward
     (`fsdp_unsharded_grad_bytes`; by default the gathered parameters' in the weight dtype).
+    `quantized_weights`: the weight elements of the rank's low-precision Transformer Engine linears, and
+    `quantized_copy_bytes` the bytes of their quantised copies per element (`quantized_copy_bytes_per_weight`; 0:
+    none): beside the 16-bit weights (`quantized_weight_copies`), or in their place under `--fp8-param-gather`.
     """
     dp = train.dp * train.cp  # Megatron shards over the data-parallel group that includes CP
     fp32 = train.precision == "fp32"  # plain fp32: fp32 weights and grads, no separate master copy
@@ -253,6 +262,9 @@ def state_bytes(
             "optimizer": 8 * shard * on_gpu,
         }
     weights = weight_bytes * (dense_params + expert_params)
+    copies = quantized_copy_bytes * quantized_weights
+    if copies and train.quantized_primary_weights:  # the quantised tensors are the weights: no 16-bit copy of them
+        weights = weight_bytes * (dense_params + expert_params - quantized_weights) + copies
     if train.zero_stage >= 2:
         grads = grad_bytes * (dense_params / dp + expert_params / expert_dp + unsharded_grad_params)
     else:
@@ -262,7 +274,29 @@ def state_bytes(
     else:
         optimizer = optimizer_bytes * (dense_params + expert_params)
     optimizer *= on_gpu
+    if copies and not train.quantized_primary_weights:
+        return {"weights": weights, "quantized_weight_copies": copies, "gradients": grads, "optimizer": optimizer}
     return {"weights": weights, "gradients": grads, "optimizer": optimizer}
+
+
+def quantized_copy_bytes_per_weight(train: TrainingSpec, gpu: GpuSpec) -> float:
+    """Bytes per weight element of a low-precision Transformer Engine linear that a megatron-core run keeps
+    quantised for the whole run (0 where it keeps none).
+
+    megatron-core's TE linears (TELinear, TELayerNormColumnParallelLinear, TEGroupedLinear) pass
+    `is_first_microbatch` to TE unless `--disable-parameter-transpose-cache` (megatron-core 0.16
+    extensions/transformer_engine.py; TransformerConfig.disable_parameter_transpose_cache, default False), and TE
+    then caches the quantised weight under a `cache_name` in the module's `_fp8_workspaces`, re-cast in place on each
+    step's first micro-batch and never freed (TE 2.9 module/base.py `get_weight_workspace`; linear.py,
+    layernorm_linear.py, grouped_linear.py). With gradients on, the weight quantizer asks for the row-wise and the
+    column-wise usage: `cost.quantize.quantized_weight_bytes`. Under `--fp8-param-gather` the primary weights are
+    those quantised tensors (`get_weight_workspace` returns them as they are, with both usages) and `state_bytes`
+    counts them in place of the 16-bit weights. Megatron-core frameworks only (torchtitan's torchao Float8Linear
+    casts per forward); not under sharded parameters (Megatron-FSDP gathers its weights per module: not modelled)."""
+    recipe = recipe_of(train.precision)
+    if recipe is None or train.framework not in MEGATRON_CORE_FRAMEWORKS or train.shards_params:
+        return 0.0
+    return quantized_weight_bytes(recipe, 1.0, any_layout_fp8(gpu))
 
 
 def zero2_unsharded_grad_params(train: TrainingSpec, max_layer_params: float) -> float:
@@ -464,6 +498,9 @@ class StageFootprint:
     """Parameters outside the decoder layers (embedding, final norm, LM head): torch FSDP2's root unit."""
     max_backward_transient_bytes: float = 0.0
     """The largest decoder layer's gradients in flight in its backward (`memory.blocks.backward_transient_bytes`)."""
+    quantized_weights: float = 0.0
+    """Weight elements of the stage's low-precision GEMMs, the Transformer Engine linears of its low-precision layers
+    (`projection.quantized_weight_elements`)."""
 
 
 @fastinit
@@ -500,6 +537,7 @@ def pipeline_memory(
     peak_activation_bytes: Sequence[float],
     moments: Sequence[np.ndarray] | Callable[[], Sequence[np.ndarray]] | None = None,
     states_cache: RankStatesCache | None = None,
+    quantized_copy_bytes: float = 0.0,
 ) -> MemoryResult:
     """Bytes per GPU of every pipeline rank: rank r holds model stages `holder[r]` (indices into `stages`) and at
     its peak `peak_activation_bytes[r]` of their activations (the schedule's in-flight micro-batches).
@@ -510,7 +548,9 @@ def pipeline_memory(
     worst of those moments (`moment_peak`), not the sum of each part's own peak. Without them every part is at
     its largest at once (an upper bound). A callable gives them when first needed: a plan's moments cost
     milliseconds to find (`Plan.memory_moments`), and only torchtitan under PP reads them.
-    `states_cache`: the ranks' `RankStates` already computed for this model, shard and spec (any recompute)."""
+    `states_cache`: the ranks' `RankStates` already computed for this model, shard and spec (any recompute).
+    `quantized_copy_bytes`: bytes per weight element of the low-precision linears' quantised copies
+    (`quantized_copy_bytes_per_weight` on the run's GPU)."""
     max_layer_params, max_full_saved, max_transient = stage_maxima(stages)
     comm_buffers = comm_buffer_bytes(model, shard, train)
     score_buffer = attention_score_buffer_bytes(model, shard)
@@ -522,7 +562,11 @@ def pipeline_memory(
     peak: RankMemory | None = None
     peak_total = 0.0
     for r, (row, rank) in enumerate(
-        zip(holder, _ranks_states(model, shard, train, stages, holder, max_layer_params, states_cache), strict=True)
+        zip(
+            holder,
+            _ranks_states(model, shard, train, stages, holder, max_layer_params, states_cache, quantized_copy_bytes),
+            strict=True,
+        )
     ):
         kept_outputs, unsharded = rank.kept_output_bytes, rank.unsharded_bytes
         activations = peak_activation_bytes[r] + kept_outputs  # retained forward outputs: with the activations
@@ -565,6 +609,7 @@ def _ranks_states(
     holder: Sequence[Sequence[int]],
     max_layer_params: float,
     states_cache: RankStatesCache | None,
+    quantized_copy_bytes: float = 0.0,
 ) -> list[RankStates]:
     """Each rank's `RankStates`, from `states_cache` where it holds them (filled in here)."""
     cache: RankStatesCache = {} if states_cache is None else states_cache
@@ -578,33 +623,36 @@ def _ranks_states(
         if len(row) == 1:  # one stage: its figures as they are (a sum of one is that one, to the bit)
             one = stages[row[0]]
             dense, expert, edge, logits = one.dense_params, one.expert_params, one.edge_params, one.loss_logits
+            quantized = one.quantized_weights
         else:  # the sums and the max of `sum()` and `max()` over the row, in one pass (0 + x is x, to the bit)
             held = tuple([id(stages[i]) for i in row])  # `stages` holds them for the call
             found = by_stages.get(held)
             if found is not None:
                 out.append(found)
                 continue
-            dense = expert = edge = 0
+            dense = expert = edge = quantized = 0
             logits: float | None = None
             for i in row:
                 stage = stages[i]
                 dense += stage.dense_params
                 expert += stage.expert_params
                 edge += stage.edge_params
+                quantized += stage.quantized_weights
                 if logits is None or stage.loss_logits > logits:
                     logits = stage.loss_logits
             if logits is None:
                 logits = 0.0
             chunk_edges = tuple([stages[i].edge_params for i in row])
-        key = (dense, expert, edge, logits, max_layer_params, *chunk_edges)
+        key = (dense, expert, edge, logits, max_layer_params, quantized, *chunk_edges)
         rank = cache.get(key)
         if rank is None:
             if gathered is None:
                 gathered = _gathered_params(model, shard, train, max_layer_params)
                 late = _embedding_table_params(model, shard) if gathered and train.framework == "torchtitan" else 0.0
             rank = cache[key] = _rank_states(
-                train, dense, expert, edge, logits, max_layer_params, gathered, chunk_edges or (edge,), late
-            )
+                train, dense, expert, edge, logits, max_layer_params, gathered, chunk_edges or (edge,), late,
+                quantized, quantized_copy_bytes,
+            )  # fmt: skip
         if held:
             by_stages[held] = rank
         out.append(rank)
@@ -618,6 +666,7 @@ def states_floor_bytes(
     stages: Sequence[StageFootprint],
     holder: Sequence[Sequence[int]],
     states_cache: RankStatesCache | None = None,
+    quantized_copy_bytes: float = 0.0,
 ) -> list[float]:
     """Per pipeline rank, what `pipeline_memory` adds up whatever the activations and the recompute: the rank's
     `total_bytes` with the parts that depend on them (activations, the working sets, the unsharded stage that memory
@@ -630,7 +679,8 @@ def states_floor_bytes(
     score_buffer = attention_score_buffer_bytes(model, shard)
     floors: dict[int, float] = {}  # by RankStates (alike ranks share one): the same parts, the same total
     out = []
-    for r, rank in enumerate(_ranks_states(model, shard, train, stages, holder, max_layer_params, states_cache)):
+    ranks = _ranks_states(model, shard, train, stages, holder, max_layer_params, states_cache, quantized_copy_bytes)
+    for r, rank in enumerate(ranks):
         floor = floors.get(id(rank))
         if floor is None:
             floor = floors[id(rank)] = rank_memory(
@@ -714,16 +764,19 @@ def _rank_states(
     gathered: float,
     chunk_edges: tuple[float, ...],
     late_params: float = 0.0,
+    quantized_weights: float = 0.0,
+    quantized_copy_bytes: float = 0.0,
 ) -> RankStates:
     """The `RankStates` of a rank with these parameters (dense, expert, outside the layers; `chunk_edges`: those
     outside the layers of each of its chunks) and loss logits; `late_params`: the untied embedding's, whose
-    gradient the backward writes last (`fsdp_unsharded_grad_bytes`)."""
+    gradient the backward writes last (`fsdp_unsharded_grad_bytes`); `quantized_weights`, `quantized_copy_bytes`: its
+    low-precision linears' weight elements and the bytes of their quantised copies per element (`state_bytes`)."""
     rank_gathered = gathered and (root_unit_gathered(train, edge, max_layer_params) or gathered)  # torchtitan's root
     fsdp_grads = fsdp_unsharded_grad_bytes(train, rank_gathered, late_params, max_layer_params)
     zero2_grads = zero2_unsharded_grad_params(train, max_layer_params)
     states = state_bytes(
         dense, expert, train, expert_dp(train), rank_gathered, unsharded_grad_params=zero2_grads,
-        fsdp_grad_bytes=fsdp_grads,
+        fsdp_grad_bytes=fsdp_grads, quantized_weights=quantized_weights, quantized_copy_bytes=quantized_copy_bytes,
     )  # fmt: skip
     return RankStates(
         states=states,

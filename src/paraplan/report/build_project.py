@@ -45,6 +45,7 @@ TIMELINE_COLORS = {
 }
 MEMORY_COLORS = {
     "weights": PALETTE[0],
+    "quantized_weight_copies": PALETTE[4],
     "gradients": PALETTE[1],
     "optimizer": PALETTE[3],
     "activations": PALETTE[2],
@@ -165,7 +166,7 @@ def breakdown_bars(p: Projection) -> Bars:
 def memory_bars(p: Projection) -> Bars:
     mem = p.memory
     ranks = sorted(mem.ranks, key=lambda r: r.rank)
-    names = list(ranks[0].parts) if ranks else []
+    names = list(dict.fromkeys(name for r in ranks for name in r.parts))  # a part some ranks lack (none of theirs)
     series = tuple(
         BarSeries(
             pretty(name),

@@ -7,7 +7,8 @@ date range: `defaults_on(framework, day)` picks the era that holds `day` (a run'
 user names with `--framework-version`); an undated run takes the current era. Values are TrainingSpec fields, or
 a rule the reader resolves against the run (`"tp>1"`: on when tensor parallelism is; `"tp>1 dense not nvfp4"`: the
 same but off for MoE models and in NVFP4 runs; `"bf16"`: on for bf16 training; `"not fp16"`: on unless the run trains
-in fp16; `"not b200"`: on unless the run's GPU is the B200). `MODEL_RECIPES`:
+in fp16; `"not b200"`: on unless the run's GPU is the B200; `"fp8 params"`: on in the precisions whose Megatron-Bridge
+recipe quantises the primary weights, `BRIDGE_QUANTIZED_PARAM_PRECISIONS`). `MODEL_RECIPES`:
 what a framework's recipe of one model sets beyond its era's defaults.
 """
 
@@ -53,6 +54,17 @@ MEGATRON_CORE_FROM = date(2024, 1, 1)
 # the B200 ("as it causes an unexpected error") from nemo-toolkit 2.4.0 (scripts/performance/executors.py, wheel of
 # 2025-07-25, the 25.07 container) through 2.7.1; nemo-toolkit 2.3.0 set it for Llama 4 E16 alone.
 NEMO_EXPANDABLE_SEGMENTS_FROM = date(2025, 7, 1)
+# Megatron-Bridge's performance scripts (25.11 container on) take their precision from its mixed-precision recipes
+MEGATRON_BRIDGE_FROM = date(2025, 11, 1)
+BRIDGE_QUANTIZED_PARAM_PRECISIONS = frozenset({"fp8", "fp8_cs", "mxfp8"})
+"""The precisions whose Megatron-Bridge mixed-precision recipe sets `fp8_param_gather = True` (quantised primary
+weights, `TrainingSpec.fp8_param_gather`): `bf16_with_fp8_delayed_scaling_mixed`, `bf16_with_fp8_current_scaling_mixed`
+and `bf16_with_mxfp8_mixed` (with `reuse_grad_buf_for_mxfp8_param_ag`) in megatron-bridge 0.3.0 (26.02) and 0.6.2
+training/mixed_precision.py, which the performance scripts take (0.6.2 perf_recipes/_common.py `_perf_precision`,
+"identical to scripts/performance/utils/precision.get_precision_config"). The subchannel (blockwise FP8) recipe sets
+it False, and the NVFP4 one too in 0.3.0 (0.6.2 adds `fp4_param_gather = True`). Some MoE recipes of 0.6.2 turn it
+off (Kimi-K2, GPT-OSS, DeepSeek-V3 on H100, Qwen3-30B-A3B's GB200 dev configs): not measured rows here, no recipe
+entries."""
 # torchtitan 0.1.0, its first PyPI release (wheel built 2025-06-18), compiles the loss whenever it compiles the model
 TORCHTITAN_COMPILED_LOSS_FROM = date(2025, 6, 18)
 
@@ -172,11 +184,21 @@ ERAS: tuple[DefaultsEra, ...] = (
                 {},
             ),
             (
-                "NeMo 25.07+ / Megatron-Bridge recipes",
+                "NeMo 25.07+ recipes",
                 NEMO_EXPANDABLE_SEGMENTS_FROM,
-                None,
-                "nemo-toolkit 2.4.0-2.7.1 and Megatron-Bridge 25.11 scripts/performance",
+                MEGATRON_BRIDGE_FROM,
+                "nemo-toolkit 2.4.0-2.7.1 scripts/performance",
                 {"expandable_segments": "not b200"},
+            ),
+            (
+                # quantised primary weights where the recipe sets them (`BRIDGE_QUANTIZED_PARAM_PRECISIONS`); what
+                # nemo-toolkit's own precision recipes set is not recorded here (their source is not at hand)
+                "Megatron-Bridge recipes",
+                MEGATRON_BRIDGE_FROM,
+                None,
+                "nemo-toolkit 2.4.0-2.7.1 and Megatron-Bridge 25.11 scripts/performance (expandable segments); "
+                "megatron-bridge 0.3.0 training/mixed_precision.py (fp8_param_gather)",
+                {"expandable_segments": "not b200", "fp8_param_gather": "fp8 params"},
             ),
         )
     ),
@@ -317,7 +339,7 @@ def defaults_on(framework: str, day: date | None) -> DefaultsEra | None:
 
 def resolve_rule(value: object, tp: int, precision: str, gpu: str = "", moe: bool = False) -> object:
     """A setting's value for one run on GPU preset `gpu` of a MoE model or not (`moe`): the rules (`"tp>1"`,
-    `"tp>1 dense not nvfp4"`, `"bf16"`, `"not fp16"`, `"not b200"`) resolved, other values as is."""
+    `"tp>1 dense not nvfp4"`, `"bf16"`, `"not fp16"`, `"not b200"`, `"fp8 params"`) resolved, other values as is."""
     if value == "tp>1":
         return tp > 1
     if value == "tp>1 dense not nvfp4":
@@ -328,6 +350,8 @@ def resolve_rule(value: object, tp: int, precision: str, gpu: str = "", moe: boo
         return precision != "fp16"
     if value == "not b200":  # NeMo's executors.py: `gpu.lower() not in ['b200']` (the GB200 is another GPU)
         return gpu != "b200"
+    if value == "fp8 params":
+        return precision in BRIDGE_QUANTIZED_PARAM_PRECISIONS
     return value
 
 

@@ -164,6 +164,13 @@ class TrainingSpec:
     """Megatron `--num-layers-at-start-in-bf16` (default 1): with `first_last_layers_bf16`."""
     num_layers_at_end_in_bf16: int = 1
     """Megatron `--num-layers-at-end-in-bf16` (default 1): with `first_last_layers_bf16`."""
+    fp8_param_gather: bool = False
+    """Megatron `--fp8-param-gather` (megatron-core DistributedDataParallelConfig.fp8_param_gather, off by default;
+    Megatron-Bridge `fp8_param_gather`, and `fp4_param_gather` in NVFP4 runs): the primary weights of the Transformer
+    Engine linears are quantised tensors (megatron-core `fp8_model_init` / `fp4_param` through fp8_utils
+    `get_fp8_context(is_init=True)`), with no 16-bit copy; the distributed optimizer keeps their fp32 main params and
+    casts them into the quantised weights after its step (fp8_utils `quantize_param_shard`). Read in low-precision
+    megatron-core runs only (`quantized_primary_weights`)."""
     attention_backend: Literal["flash", "unfused"] = "flash"
     """Fused flash attention (saves only Q, K, V, O and the log-sum-exp) or Megatron's unfused core
     attention (saves the softmax and dropout outputs: the 5*a*s^2*b term of Korthikanti et al.)."""
@@ -286,6 +293,13 @@ class TrainingSpec:
         if not self.first_last_layers_bf16 or self.precision not in LOW_PRECISIONS:
             return (0, 0)
         return (self.num_layers_at_start_in_bf16, self.num_layers_at_end_in_bf16)
+
+    @property
+    def quantized_primary_weights(self) -> bool:
+        """Whether the low-precision linears' primary weights are quantised tensors (`fp8_param_gather` in an FP8 or
+        NVFP4 megatron-core run)."""
+        megatron_core = self.framework in MEGATRON_CORE_DDP_FRAMEWORKS
+        return self.fp8_param_gather and self.precision in LOW_PRECISIONS and megatron_core
 
     @property
     def grad_reduce_bytes(self) -> int:

@@ -24,6 +24,7 @@ from paraplan.memory.model import (
     fragmentation_share,
     may_read_moments,
     pipeline_memory,
+    quantized_copy_bytes_per_weight,
     stage_maxima,
     states_floor_bytes,
 )
@@ -78,6 +79,7 @@ class GroupMemory:
         self._floors: list[float] = []  # per rank, `states_floor_bytes` (`cannot_fit`: empty until it ran)
         # the ranks' weights, gradients and optimizer states: the same for every recompute variant (`RankStates`)
         self._states: RankStatesCache = {}
+        self._copy_bytes = quantized_copy_bytes_per_weight(train, system.gpu)  # the quantised weights' copies
         # the stages' blocks by layer modes, and each stage's footprint by its blocks, for this split and shard
         if stages is None or stages.model is not model:
             stages = StageCache(model)
@@ -134,7 +136,9 @@ class GroupMemory:
         floor is the structure's own spec's; a variant's stages add up the same parameters grouped otherwise, which
         can move its states by a few roundings, far inside `FLOOR_MARGIN`."""
         footprints = self._stage_footprints(layer_modes(self.train))
-        floors = states_floor_bytes(self.model, self.shard, self.train, footprints, self.holder, self._states)
+        floors = states_floor_bytes(
+            self.model, self.shard, self.train, footprints, self.holder, self._states, self._copy_bytes
+        )
         self._floors = floors
         return max(floors, default=0.0) > self._usable_bytes() * (1 + FLOOR_MARGIN)
 
@@ -182,7 +186,7 @@ class GroupMemory:
         peaks = self._peaks_of((mode, full_layers), footprints)
         return pipeline_memory(
             self.model, self.shard, train, self.system.gpu.hbm_bytes, footprints, self.holder, peaks,
-            lambda: self.plan.memory_moments, self._states,
+            lambda: self.plan.memory_moments, self._states, self._copy_bytes,
         )  # fmt: skip
 
     def _one_chunk_peaks(self, footprints: list[StageFootprint]) -> list[float]:
