@@ -162,12 +162,20 @@ def test_nemo_writes_the_flag_back() -> None:
     assert not read_nemo(text, num_gpus=8).train.fp8_param_gather and "overwrites it" in text
 
 
-def test_megatron_bridge_era_quantises_the_weights_of_its_fp8_recipes() -> None:
+def test_nemo_eras_quantise_the_weights_of_their_fp8_recipes() -> None:
     def values(precision: str, day: date | None = None) -> dict[str, object]:
         return era_training_values("nemo-megatron", day, 2, precision, moe=False, gpu="b200")
 
     assert values("mxfp8")["fp8_param_gather"] is True and values("fp8_cs", date(2026, 2, 1))["fp8_param_gather"]
+    assert values("fp8", date(2024, 7, 1))["fp8_param_gather"] is True  # nemo-toolkit 2.0.0 `fp8_params = True`
     assert values("nvfp4")["fp8_param_gather"] is False and values("fp8_blockwise")["fp8_param_gather"] is False
     assert values("bf16")["fp8_param_gather"] is False
-    assert "fp8_param_gather" not in values("fp8_cs", date(2025, 8, 1))  # nemo-toolkit's recipes: not recorded
-    assert "fp8_param_gather" not in era_training_values("megatron-lm", None, 2, "fp8_cs", moe=False)
+    assert "fp8_param_gather" not in era_training_values("megatron-lm", None, 2, "fp8_cs", moe=False)  # off
+
+
+def test_nemo2_plugin_fp8_params() -> None:
+    text = (DATA / "nemo/mixtral_8x7b_nemo2.yaml").read_text()
+    plain = read_nemo(text).train
+    assert plain.precision == "fp8_cs" and not plain.fp8_param_gather
+    on = text.replace("    fp8_recipe: tensorwise\n", "    fp8_recipe: tensorwise\n    fp8_params: true\n", 1)
+    assert on != text and read_nemo(on).train.fp8_param_gather

@@ -46,7 +46,7 @@ from paraplan.formats.megatron_map import (
     typed_value,
 )
 from paraplan.graph.partition import chunks_per_rank
-from paraplan.specs.frameworks import BRIDGE_QUANTIZED_PARAM_PRECISIONS
+from paraplan.specs.frameworks import NEMO_QUANTIZED_PARAM_PRECISIONS
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import LOW_PRECISIONS, TrainingSpec
@@ -60,6 +60,11 @@ MCORE_TO_ARG: Mapping[str, str] = {
     "virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
     "use_custom_fsdp": "use_megatron_fsdp",
     "bucket_size": "ddp_bucket_size",  # DistributedDataParallelConfig.bucket_size (Megatron-Bridge `ddp:`)
+    # quantised primary weights: megatron-core TransformerConfig.fp8_param / fp4_param (Megatron-Bridge keeps them in
+    # sync with `fp8_param_gather` / `fp4_param_gather`), NeMo 2 MegatronMixedPrecision's `fp8_params`
+    "fp8_param": "fp8_param_gather",
+    "fp8_params": "fp8_param_gather",
+    "fp4_param": "fp4_param_gather",
 }
 SAME_NAME = frozenset(
     (
@@ -119,10 +124,11 @@ SPECIAL = frozenset(
 # Set at run time from `mixed_precision` / the precision plugin and `comm_overlap`, so a model section's own
 # copies are not read when those are present.
 PRECISION_KEYS = frozenset({"bf16", "fp16", "fp8", "fp8_recipe", "fp4", "fp4_recipe"})
-QUANTIZED_PARAM_KEYS = frozenset({"fp8_param_gather", "fp4_param_gather"})
-"""Megatron-Bridge MixedPrecisionConfig fields for quantised primary weights (`TrainingSpec.fp8_param_gather`), also
-DistributedDataParallelConfig's (`ddp.fp8_param_gather`), which the mixed-precision config overwrites
-(megatron-bridge 0.3.0 training/mixed_precision.py `update_config_with_precision_overrides`)."""
+QUANTIZED_PARAM_KEYS = frozenset({"fp8_param_gather", "fp4_param_gather", "fp8_param", "fp8_params", "fp4_param"})
+"""Megatron-Bridge MixedPrecisionConfig / NeMo 2 MegatronMixedPrecision fields for quantised primary weights
+(`TrainingSpec.fp8_param_gather`), also DistributedDataParallelConfig's (`ddp.fp8_param_gather`), which the
+mixed-precision config overwrites (megatron-bridge 0.3.0 training/mixed_precision.py
+`update_config_with_precision_overrides`)."""
 
 ALL_KEYS = SAME_NAME | SPECIAL | LLAMA4_KEYS | frozenset(MCORE_TO_ARG)
 _LOOKS_RELEVANT = re.compile(
@@ -215,7 +221,7 @@ def _precision_from(value: Any, settings: _Settings, where: str) -> None:
         if precision in PRECISION_TO_FP8_RECIPE:
             settings.put("fp8", "hybrid", where)
             settings.put("fp8_recipe", PRECISION_TO_FP8_RECIPE[precision], where)
-        if precision in BRIDGE_QUANTIZED_PARAM_PRECISIONS and "fp8_param_gather" not in settings.values:
+        if precision in NEMO_QUANTIZED_PARAM_PRECISIONS and not QUANTIZED_PARAM_KEYS & settings.values.keys():
             settings.put("fp8_param_gather", True, where)  # the recipe's, unless the config states it
         elif precision == "nvfp4":
             settings.put("fp4", "e2m1", where)
@@ -292,8 +298,9 @@ def _to_arguments(s: _Settings) -> tuple[dict[str, Any], str | None]:
     off: list[str] = []
     if v.get("fp8") is None:
         off += [d for d in FP8_DETAIL_DESTS if v.get("fp4") is None or d not in BF16_LAYER_DESTS]
+        off += ["fp8_param", "fp8_params"]
     if v.get("fp4") is None:
-        off += ["fp4_recipe", "fp4_param_gather"]
+        off += ["fp4_recipe", "fp4_param_gather", "fp4_param"]
     if v.get("num_moe_experts") is None:
         off += [*MOE_DETAIL_DESTS, "moe_layer_freq", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"]
         off.append("moe_pad_expert_input_to_capacity")
@@ -552,7 +559,7 @@ def write_nemo(model: ModelSpec, system: SystemSpec, train: TrainingSpec, *, str
         key = "fp4_param_gather" if train.precision == "nvfp4" else "fp8_param_gather"
         ddp[key] = train.fp8_param_gather
         # the recipe's own value overwrites the ddp one
-        if train.fp8_param_gather != (train.precision in BRIDGE_QUANTIZED_PARAM_PRECISIONS):
+        if train.fp8_param_gather != (train.precision in NEMO_QUANTIZED_PARAM_PRECISIONS):
             recipe_note = (
                 f"ddp.{key} {train.fp8_param_gather}: Megatron-Bridge's {PRECISION_BRIDGE[train.precision]} sets "
                 f"{not train.fp8_param_gather} and overwrites it; set the recipe's `{key}` to run it as projected"

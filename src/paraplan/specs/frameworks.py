@@ -7,8 +7,8 @@ date range: `defaults_on(framework, day)` picks the era that holds `day` (a run'
 user names with `--framework-version`); an undated run takes the current era. Values are TrainingSpec fields, or
 a rule the reader resolves against the run (`"tp>1"`: on when tensor parallelism is; `"tp>1 dense not nvfp4"`: the
 same but off for MoE models and in NVFP4 runs; `"bf16"`: on for bf16 training; `"not fp16"`: on unless the run trains
-in fp16; `"not b200"`: on unless the run's GPU is the B200; `"fp8 params"`: on in the precisions whose Megatron-Bridge
-recipe quantises the primary weights, `BRIDGE_QUANTIZED_PARAM_PRECISIONS`). `MODEL_RECIPES`:
+in fp16; `"not b200"`: on unless the run's GPU is the B200; `"fp8 params"`: on in the precisions whose NeMo /
+Megatron-Bridge recipe quantises the primary weights, `NEMO_QUANTIZED_PARAM_PRECISIONS`). `MODEL_RECIPES`:
 what a framework's recipe of one model sets beyond its era's defaults.
 """
 
@@ -54,17 +54,17 @@ MEGATRON_CORE_FROM = date(2024, 1, 1)
 # the B200 ("as it causes an unexpected error") from nemo-toolkit 2.4.0 (scripts/performance/executors.py, wheel of
 # 2025-07-25, the 25.07 container) through 2.7.1; nemo-toolkit 2.3.0 set it for Llama 4 E16 alone.
 NEMO_EXPANDABLE_SEGMENTS_FROM = date(2025, 7, 1)
-# Megatron-Bridge's performance scripts (25.11 container on) take their precision from its mixed-precision recipes
-MEGATRON_BRIDGE_FROM = date(2025, 11, 1)
-BRIDGE_QUANTIZED_PARAM_PRECISIONS = frozenset({"fp8", "fp8_cs", "mxfp8"})
-"""The precisions whose Megatron-Bridge mixed-precision recipe sets `fp8_param_gather = True` (quantised primary
-weights, `TrainingSpec.fp8_param_gather`): `bf16_with_fp8_delayed_scaling_mixed`, `bf16_with_fp8_current_scaling_mixed`
-and `bf16_with_mxfp8_mixed` (with `reuse_grad_buf_for_mxfp8_param_ag`) in megatron-bridge 0.3.0 (26.02) and 0.6.2
-training/mixed_precision.py, which the performance scripts take (0.6.2 perf_recipes/_common.py `_perf_precision`,
-"identical to scripts/performance/utils/precision.get_precision_config"). The subchannel (blockwise FP8) recipe sets
-it False, and the NVFP4 one too in 0.3.0 (0.6.2 adds `fp4_param_gather = True`). Some MoE recipes of 0.6.2 turn it
-off (Kimi-K2, GPT-OSS, DeepSeek-V3 on H100, Qwen3-30B-A3B's GB200 dev configs): not measured rows here, no recipe
-entries."""
+NEMO_QUANTIZED_PARAM_PRECISIONS = frozenset({"fp8", "fp8_cs", "mxfp8"})
+"""The precisions whose NeMo / Megatron-Bridge mixed-precision recipe quantises the primary weights
+(`TrainingSpec.fp8_param_gather`): nemo-toolkit 2.0.0 recipes/precision/mixed_precision.py `bf16_with_fp8_mixed`
+(`fp8_params = True`, which MegatronMixedPrecision turns into `fp8_param_gather`); nemo-toolkit 2.5.0 and
+megatron-bridge 0.3.0 (26.02) / 0.6.2 training/mixed_precision.py `bf16_with_fp8_mixed` /
+`bf16_with_fp8_delayed_scaling_mixed`, `bf16_with_fp8_current_scaling_mixed` and `bf16_with_mxfp8_mixed` (with
+`reuse_grad_buf_for_mxfp8_param_ag`), `fp8_param_gather = True`, which the performance scripts take (nemo-toolkit
+2.5.0 scripts/performance/helpers.py `set_precision_configs`; megatron-bridge 0.6.2 perf_recipes/_common.py
+`_perf_precision`). The subchannel (blockwise FP8) recipe sets it False, and the NVFP4 one too in 0.3.0 (0.6.2 adds
+`fp4_param_gather = True`). Some MoE recipes of megatron-bridge 0.6.2 turn it off (Kimi-K2, GPT-OSS, DeepSeek-V3 on
+H100, Qwen3-30B-A3B's GB200 dev configs): no measured row, no recipe entry."""
 # torchtitan 0.1.0, its first PyPI release (wheel built 2025-06-18), compiles the loss whenever it compiles the model
 TORCHTITAN_COMPILED_LOSS_FROM = date(2025, 6, 18)
 
@@ -173,6 +173,8 @@ ERAS: tuple[DefaultsEra, ...] = (
             expert_tensor_parallel_size=1,
             cross_entropy_fusion=True,
             grad_reduce_in_fp32=False,
+            # quantised primary weights in the FP8 recipes that set them (`NEMO_QUANTIZED_PARAM_PRECISIONS`)
+            fp8_param_gather="fp8 params",
             **allocator,
         )
         for label, since, until, source, allocator in (
@@ -184,21 +186,11 @@ ERAS: tuple[DefaultsEra, ...] = (
                 {},
             ),
             (
-                "NeMo 25.07+ recipes",
+                "NeMo 25.07+ / Megatron-Bridge recipes",
                 NEMO_EXPANDABLE_SEGMENTS_FROM,
-                MEGATRON_BRIDGE_FROM,
-                "nemo-toolkit 2.4.0-2.7.1 scripts/performance",
-                {"expandable_segments": "not b200"},
-            ),
-            (
-                # quantised primary weights where the recipe sets them (`BRIDGE_QUANTIZED_PARAM_PRECISIONS`); what
-                # nemo-toolkit's own precision recipes set is not recorded here (their source is not at hand)
-                "Megatron-Bridge recipes",
-                MEGATRON_BRIDGE_FROM,
                 None,
-                "nemo-toolkit 2.4.0-2.7.1 and Megatron-Bridge 25.11 scripts/performance (expandable segments); "
-                "megatron-bridge 0.3.0 training/mixed_precision.py (fp8_param_gather)",
-                {"expandable_segments": "not b200", "fp8_param_gather": "fp8 params"},
+                "nemo-toolkit 2.4.0-2.7.1 and Megatron-Bridge 25.11 scripts/performance",
+                {"expandable_segments": "not b200"},
             ),
         )
     ),
@@ -351,7 +343,7 @@ def resolve_rule(value: object, tp: int, precision: str, gpu: str = "", moe: boo
     if value == "not b200":  # NeMo's executors.py: `gpu.lower() not in ['b200']` (the GB200 is another GPU)
         return gpu != "b200"
     if value == "fp8 params":
-        return precision in BRIDGE_QUANTIZED_PARAM_PRECISIONS
+        return precision in NEMO_QUANTIZED_PARAM_PRECISIONS
     return value
 
 
