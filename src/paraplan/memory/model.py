@@ -2,8 +2,10 @@
 
 Weights, gradients and optimizer states under each sharding scheme (Rajbhandari et al. 2020, ZeRO;
 Megatron-LM's distributed optimizer keeps fp32 main grads and shards the 12 bytes/param of fp32 master
-weights and Adam moments over the data-parallel ranks), activations from the tensors each operator saves
-times the micro-batches in flight, the transients at the worst moment, and fixed framework overheads.
+weights and Adam moments over the data-parallel ranks), the quantised copies of the weights that Transformer
+Engine keeps in megatron-core's FP8 and NVFP4 runs (`quantized_copy_bytes_per_weight`), activations from the
+tensors each operator saves times the micro-batches in flight, the transients at the worst moment, and fixed
+framework overheads.
 
 Three nested quantities per GPU (`RankMemory`):
 - allocated: the tensors live at the worst moment (`torch.cuda.max_memory_allocated`, what Megatron-LM logs
@@ -522,9 +524,9 @@ class RankStates:
 
 
 RankStatesCache = dict[tuple[float, ...], RankStates]
-"""`RankStates` by a rank's (dense, expert, edge parameters, loss logits, largest layer's parameters and, for a rank of
-several chunks, each chunk's edge parameters): valid for one model, shard and training spec but for its recompute
-settings (`tune.memfilter.GroupMemory` holds one per structure)."""
+"""`RankStates` by a rank's (dense, expert, edge parameters, loss logits, largest layer's parameters, low-precision
+weight elements and, for a rank of several chunks, each chunk's edge parameters): valid for one model, shard and
+training spec but for its recompute settings (`tune.memfilter.GroupMemory` holds one per structure)."""
 
 
 def pipeline_memory(
