@@ -23,7 +23,10 @@ RUNS = {
     "mixtral-8x7b x32": ("mixtral-8x7b", 32, 128, 4096, {"mbs": 1, "pp": 4, "cp": 1}),
     # torchtitan under PP: the memory of the schedule's worst moment (`memory.model.moment_peak`)
     "llama3.1-8b x16 torchtitan": ("llama3.1-8b", 16, 64, 4096, {"mbs": 1, "cp": 1}),
+    # FP8 under megatron-core: TE's quantised weight copies, a state in the floor (`memory.model.state_bytes`)
+    "llama3.1-8b x16 fp8": ("llama3.1-8b", 16, 64, 4096, {"mbs": 1, "cp": 1}),
 }
+BASES = {"torchtitan": TrainingSpec(framework="torchtitan"), "fp8": TrainingSpec(precision="fp8")}
 
 
 def _candidates(problem: TuneProblem, space: SearchSpace):
@@ -46,7 +49,7 @@ def _candidates(problem: TuneProblem, space: SearchSpace):
 )
 def test_the_filter_and_the_projection_agree_on_every_candidate(run: str) -> None:
     model_name, gpus, gbs, seq, limits = RUNS[run]
-    base = TrainingSpec(framework="torchtitan") if run.endswith("torchtitan") else TrainingSpec()
+    base = BASES.get(run.rsplit(" ", 1)[-1], TrainingSpec())
     problem = TuneProblem(model_preset(model_name), (system_preset("h100-sxm5-80gb", gpus),), gbs, seq, base)
     space = SearchSpace(problem, parse_constraints([], limits))
     memory_filter = MemoryFilter()
