@@ -62,7 +62,7 @@ def test_bf16_layers_have_no_copy() -> None:
         5 * _linear_params_per_layer() * 1.0
     )
     every = dict(first_last_layers_bf16=True, num_layers_at_start_in_bf16=16, num_layers_at_end_in_bf16=16)
-    assert "quantized_weight_copies" not in _parts(**every)
+    assert _parts(**every)["quantized_weight_copies"] == 0.0
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_bf16_layers_have_no_copy() -> None:
     ],
 )
 def test_no_copies_outside_megatron_core_low_precision_runs(training: dict[str, object]) -> None:
-    assert "quantized_weight_copies" not in _parts(**training)
+    assert _parts(**training)["quantized_weight_copies"] == 0.0
 
 
 @pytest.mark.parametrize(("precision", "gpu", "bytes_per_weight"), [("fp8_cs", "b200", 1.0), ("mxfp8", "b200", 2.0625)])
@@ -82,7 +82,7 @@ def test_quantised_primary_weights_replace_the_16bit_weights(precision: str, gpu
     copies = _parts(gpu, precision)
     primary = _parts(gpu, precision, fp8_param_gather=True)
     linear = MODEL.num_layers * _linear_params_per_layer()
-    assert "quantized_weight_copies" not in primary
+    assert primary["quantized_weight_copies"] == 0.0
     assert primary["weights"] == pytest.approx(copies["weights"] - 2 * linear + bytes_per_weight * linear, rel=1e-12)
     assert primary["gradients"] == copies["gradients"] and primary["optimizer"] == copies["optimizer"]
     # the flag does nothing in a BF16 run

@@ -253,12 +253,14 @@ def state_bytes(
     if train.shards_params:
         shard = dense_params / dp + expert_params / expert_dp
         if train.framework in DEEPSPEED_FRAMEWORKS:
-            return zero3_state_bytes(shard, gathered_params, weight_bytes, on_gpu)
+            zero3 = zero3_state_bytes(shard, gathered_params, weight_bytes, on_gpu)
+            return {"weights": zero3.pop("weights"), "quantized_weight_copies": 0.0, **zero3}
         # torch FSDP / Megatron-FSDP mixed precision: fp32 sharded params and grads, Adam moments; bf16 gathered units
         # and their unsharded gradients (`fsdp_unsharded_grad_bytes`). FSDP2's CPUOffloadPolicy (torchtitan
         # `enable_cpu_offload`) keeps the sharded params and grads on the host too.
         return {
             "weights": weight_bytes * gathered_params + 4 * shard * on_gpu,
+            "quantized_weight_copies": 0.0,  # not modelled under sharded parameters (`quantized_copy_bytes_per_weight`)
             "gradients": 4 * shard * on_gpu
             + (weight_bytes * gathered_params if fsdp_grad_bytes is None else fsdp_grad_bytes),
             "optimizer": 8 * shard * on_gpu,
@@ -267,6 +269,7 @@ def state_bytes(
     copies = quantized_copy_bytes * quantized_weights
     if copies and train.quantized_primary_weights:  # the quantised tensors are the weights: no 16-bit copy of them
         weights = weight_bytes * (dense_params + expert_params - quantized_weights) + copies
+        copies = 0.0
     if train.zero_stage >= 2:
         grads = grad_bytes * (dense_params / dp + expert_params / expert_dp + unsharded_grad_params)
     else:
@@ -276,9 +279,7 @@ def state_bytes(
     else:
         optimizer = optimizer_bytes * (dense_params + expert_params)
     optimizer *= on_gpu
-    if copies and not train.quantized_primary_weights:
-        return {"weights": weights, "quantized_weight_copies": copies, "gradients": grads, "optimizer": optimizer}
-    return {"weights": weights, "gradients": grads, "optimizer": optimizer}
+    return {"weights": weights, "quantized_weight_copies": copies, "gradients": grads, "optimizer": optimizer}
 
 
 def quantized_copy_bytes_per_weight(train: TrainingSpec, gpu: GpuSpec) -> float:

@@ -166,7 +166,7 @@ def breakdown_bars(p: Projection) -> Bars:
 def memory_bars(p: Projection) -> Bars:
     mem = p.memory
     ranks = sorted(mem.ranks, key=lambda r: r.rank)
-    names = list(dict.fromkeys(name for r in ranks for name in r.parts))  # a part some ranks lack (none of theirs)
+    names = list(ranks[0].parts) if ranks else []
     series = tuple(
         BarSeries(
             pretty(name),
