@@ -60,9 +60,10 @@ def test_fp32_is_a_projection_precision_but_not_a_tuner_choice() -> None:
 def test_fp32_states_and_gradient_reduction() -> None:
     train = TrainingSpec(precision="fp32", grad_reduce_in_fp32=False, data_parallel_size=2)
     states = state_bytes(1000.0, 0.0, train, 1, 0.0)
-    assert states == {"weights": 4000.0, "gradients": 4000.0, "optimizer": 8000.0}  # no separate master copy
+    # no separate master copy
+    assert states == {"weights": 4000.0, "quantized_weight_copies": 0.0, "gradients": 4000.0, "optimizer": 8000.0}
     mixed = state_bytes(1000.0, 0.0, TrainingSpec(precision="bf16", grad_reduce_in_fp32=False), 1, 0.0)
-    assert mixed == {"weights": 2000.0, "gradients": 2000.0, "optimizer": 12000.0}
+    assert mixed == {"weights": 2000.0, "quantized_weight_copies": 0.0, "gradients": 2000.0, "optimizer": 12000.0}
     system = system_preset("a100-sxm4-80gb", 2)
     kw = {"dp": 2, "mbs": 4, "gbs": 8, "seq": 128, "grad_reduce_in_fp32": False}
     fp32 = paraplan.project(LLAMA, system, precision="fp32", **kw)

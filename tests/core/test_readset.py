@@ -71,6 +71,7 @@ TRAIN_VALUES: dict[str, tuple[Any, ...]] = {
     "first_last_layers_bf16": (False, True),
     "num_layers_at_start_in_bf16": (1, 2),
     "num_layers_at_end_in_bf16": (1, 2),
+    "fp8_param_gather": (False, True),
     "attention_backend": ATTENTION_BACKENDS,
     "kernel_fusion": (True, False),
     "cross_entropy_fusion": (False, True),
