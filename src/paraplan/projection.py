@@ -105,7 +105,8 @@ def block_memory_of(kind: str, model: ModelSpec, shard: L.Shard, recompute: str)
     """Parameters and saved bytes of one block kind (`memory.blocks.block_memory` of its operators)."""
     layer_kind = K.layer_kind(kind)
     ops = block_ops_of(kind, model, shard).forward
-    memory = block_memory(ops, recompute, _layer_input_bytes(model, shard), shard.act_bytes)
+    # torchtitan's compile flag is its kernel fusion (`formats.torchtitan`): the compiled block's saved set
+    memory = block_memory(ops, recompute, _layer_input_bytes(model, shard), shard.act_bytes, compiled=shard.fused)
     table_params = layer_kind.params_of(model, shard)
     if table_params is not None:  # weights without a GEMM (the embedding's lookup table, V/tp x h on this rank)
         memory = replace(memory, dense_params=table_params)
