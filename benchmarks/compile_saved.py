@@ -1,4 +1,4 @@
-"""Bytes a Llama-3 TransformerBlock keeps for backward, eager vs torch.compile, under torchtitan's activation checkpointing.
+"""Bytes a Llama-3 TransformerBlock keeps for backward, eager vs torch.compile, under torchtitan's checkpointing.
 
 The block is torchtitan@9dec370's (torchtitan/models/llama/model.py: RMSNorm computed in fp32 and cast back,
 wq/wk/wv, complex rotary, repeat_kv, causal SDPA, wo, SwiGLU w2(silu(w1 x) * w3 x), two residuals), scaled down with
