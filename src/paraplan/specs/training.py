@@ -171,7 +171,9 @@ class TrainingSpec:
     """Fused memory-bound kernels (TransformerEngine / Apex RMSNorm, SwiGLU and rotary fusions, torch.compile),
     as Megatron-LM and NeMo run by default; False is eager PyTorch, one aten kernel per elementary operation
     (RMSNorm as pow, mean, rsqrt and two multiplies; SwiGLU as silu then multiply; rotate-half rotary; the
-    gradients of split fused projections concatenated in backward; `paraplan.graph.kernels`)."""
+    gradients of split fused projections concatenated in backward; `paraplan.graph.kernels`). For torchtitan it is
+    the compile flag (`training.compile`, `compile.enable`): under its per-op SAC a compiled block saves only the
+    kept outputs its backward reads (`memory.activations.op_policy_saved_bytes`)."""
     cross_entropy_fusion: bool = False
     """Megatron `--cross-entropy-loss-fusion` (NeMo / Megatron-Bridge recipes turn it on): one fused kernel
     for the vocab-parallel loss; off (Megatron-LM's default) runs it as eager fp32 PyTorch, about four times
