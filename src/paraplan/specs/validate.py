@@ -51,6 +51,20 @@ def optimizer_dtype_problems(train: TrainingSpec) -> list[str]:
     return p
 
 
+def float8_gather_problems(train: TrainingSpec) -> list[str]:
+    """`fsdp_float8_all_gather` is torchao's float8 all-gather for torch FSDP2: torchtitan's `fully_shard` (another
+    framework's sharding never calls `fsdp_pre_all_gather`) of tensorwise float8 weights (torchao's
+    `Float8LinearConfig` asserts tensorwise scaling with it, torchtitan refuses it beside a `recipe_name`): fp8_cs."""
+    if not train.fsdp_float8_all_gather:
+        return []
+    p = []
+    if train.framework != "torchtitan" or not train.fsdp:
+        p.append("fsdp_float8_all_gather needs torchtitan's FSDP (torch FSDP2 all-gathers torchao's float8 weights)")
+    if train.precision != "fp8_cs":
+        p.append(f"fsdp_float8_all_gather needs precision fp8_cs (torchao's tensorwise float8; got {train.precision})")
+    return p
+
+
 def setting_problems(train: TrainingSpec) -> list[str]:
     """Named settings that must be one of a known set (whatever the layout): one line per unknown value."""
     p: list[str] = []
@@ -62,6 +76,7 @@ def setting_problems(train: TrainingSpec) -> list[str]:
     if train.framework not in FRAMEWORKS:
         p.append(f"unknown framework '{train.framework}': choose one of {', '.join(FRAMEWORKS)}")
     p += optimizer_dtype_problems(train)
+    p += float8_gather_problems(train)
     if train.moe_token_dispatcher_type not in DISPATCHERS:
         p.append(
             f"unknown MoE token dispatcher '{train.moe_token_dispatcher_type}': choose one of {', '.join(DISPATCHERS)}"
