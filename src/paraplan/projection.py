@@ -160,13 +160,15 @@ def _weight_casts_s(total: _StageSums, train: TrainingSpec, system: SystemSpec, 
     return once
 
 
-def _float8_weight_transposes_s(float8_params: float, system: SystemSpec, cal: Calibration) -> float:
+def _float8_weight_transposes_s(
+    float8_params: float, train: TrainingSpec, system: SystemSpec, cal: Calibration
+) -> float:
     """A micro-batch's copies of the gathered float8 weights into the layout of the input-gradient GEMM under
     torchao's float8 all-gather (`float8_params` of them, 0 without it): `preprocess_addmm` (torchao float8/
     float8_ops.py) makes the row-major weight column-major (`b_data.t().contiguous().t()`, one byte read and one
     written) where float8 GEMMs are TN only (`cost.quantize.needs_columnwise_copy`: Hopper); the forward GEMM takes
     the transposed weight as it is. Without float8 all-gather that copy is among `_weight_casts_s`' casts."""
-    recipe = recipe_of("fp8_cs")
+    recipe = recipe_of(train.precision)
     if float8_params <= 0 or recipe is None or not needs_columnwise_copy(recipe, any_layout_fp8(system.gpu)):
         return 0.0
     return 2 * recipe.weight_element_bytes * float8_params / (system.gpu.hbm_bytes_per_s * cal.memory_efficiency)
@@ -610,7 +612,7 @@ def _chunk_cost(
         + copy_f
         + _microbatch_overhead_s(train, cal) / chunks
         + _weight_casts_s(total, train, system, cal),
-        backward_input_s=total.b + slow_b + copy_b + _float8_weight_transposes_s(float8, system, cal),
+        backward_input_s=total.b + slow_b + copy_b + _float8_weight_transposes_s(float8, train, system, cal),
         backward_weight_s=total.w,
         comm_total_s=total.comm_total,
         comm_exposed_s=total.comm_exposed,

@@ -78,7 +78,7 @@ def test_projection_of_llama_8b() -> None:
 
 def test_rule() -> None:
     model, system = model_preset("llama3.1-8b"), system_preset("h100-sxm5-80gb", 8)
-    with pytest.raises(ConfigError, match="fsdp_float8_all_gather needs precision fp8_cs"):
+    with pytest.raises(ConfigError, match="fsdp_float8_all_gather needs per-tensor FP8"):
         check(model, system, _train(True, precision="fp8_blockwise"))
     with pytest.raises(ConfigError, match="fsdp_float8_all_gather needs torchtitan's FSDP"):
         check(model, system, _train(True, framework="megatron-lm", fsdp=False))
@@ -87,7 +87,7 @@ def test_rule() -> None:
         ["project", "--model", "llama3.1-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--framework", "torchtitan",
          "--fsdp", "--precision", "bf16", "--fsdp-float8-all-gather", "--seq", "8192", "--mbs", "1"],
     )  # fmt: skip
-    assert result.exit_code == 2 and "fsdp_float8_all_gather needs precision fp8_cs" in result.output
+    assert result.exit_code == 2 and "fsdp_float8_all_gather needs per-tensor FP8" in result.output
 
 
 def test_torchtitan_toml_round_trip() -> None:

@@ -107,7 +107,7 @@ def _projection_command(
         bool | None,
         Opt(
             "--fsdp-float8-all-gather/--no-fsdp-float8-all-gather",
-            help="torchtitan FSDP all-gathers its float8 linears' weights in float8 (torchao; precision fp8_cs)",
+            help="torchtitan FSDP all-gathers its float8 linears' weights in float8 (torchao; per-tensor FP8)",
         ),
     ] = None,
     moe_pad_to_capacity: Annotated[

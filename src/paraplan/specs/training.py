@@ -234,7 +234,8 @@ class TrainingSpec:
     not gathered); `fsdp_post_all_gather` wraps the gathered bytes as the unsharded `Float8TrainingTensor` (no 16-bit
     copy), which the linear's forward and backward GEMMs use as cast (torchao/float8/fsdp_utils.py). The scales come
     from torchtitan's `precompute_float8_dynamic_scale_for_fsdp` after the optimizer step (one amax pass and one
-    all-reduce a step). Valid with torchtitan's FSDP and fp8_cs only (`specs.validate.float8_gather_problems`)."""
+    all-reduce a step). Valid with torchtitan's FSDP and per-tensor FP8 only (`specs.validate.float8_gather_problems`).
+    """
     expandable_segments: bool = False
     """PyTorch's caching allocator with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`: each stream's blocks live
     in one segment of virtual memory that grows by mapping pages, so a freed block merges with its free neighbours
