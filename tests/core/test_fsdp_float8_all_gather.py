@@ -117,3 +117,18 @@ def test_torchtitan_toml_rules() -> None:
     no_precompute = text.replace("precompute_float8_dynamic_scale_for_fsdp = true\n", "")
     notes = read_config(no_precompute, "torchtitan", num_gpus=64).hints.notes
     assert any("projected with precomputed scales" in n for n in notes)
+
+
+def test_chakra_trace_sizes_the_float8_gather(tmp_path: Path) -> None:
+    from paraplan.formats.chakra import export_chakra
+    from paraplan.formats.chakra_pb import read_trace
+
+    model, system = model_preset("llama3.1-8b"), system_preset("h100-sxm5-80gb", 8)
+    sizes = {}
+    for on in (False, True):
+        train = check(model, system, _train(on, gbs=8, seq=1024))
+        out = export_chakra(model, system, train, tmp_path / str(on), prefix="t", ranks=(0,))
+        nodes = read_trace(out.paths[0])[1]
+        sizes[on] = next(n.attr("comm_size") for n in nodes if n.name == "F.mb0.s0.fsdp_gather.dp")
+    dense = sizes[False] / 2  # 16-bit elements before
+    assert sizes[True] == pytest.approx(2 * (dense - 32 * FLOAT8) + 32 * FLOAT8)
