@@ -579,9 +579,9 @@ def _chunk_cost(
     # where the collectives' times came from, with a profile only (without one all are modelled): per micro-batch,
     # the data-parallel ones per step (each label alike)
     sources = dict(total.comm_sources) if timer is not None else None
+    float8 = total.float8_params if train.fsdp_float8_all_gather else 0.0  # gathered in one byte (0 without)
     if like is None:
         # `_dp_times` once per distinct read-set; `sources` gets the same additions in the same order (the same floats)
-        float8 = total.float8_params if train.fsdp_float8_all_gather else 0.0
         times, added = _dp_times_memo(
             total.dense_params, total.expert_params, train, system, cal, groups, units, timer, float8, sources
         )
@@ -604,7 +604,6 @@ def _chunk_cost(
     if not train.gathers_on_demand:
         slow_f = cal.overlap_interference * min(fsdp_gather, total.f)
         slow_b = cal.overlap_interference * min(fsdp_gather + refetch + fsdp_rs, total.b + total.w)
-    float8 = total.float8_params if train.fsdp_float8_all_gather else 0.0
     copy_f, copy_b = _fsdp2_copies_s(params, train, system, cal, units, float8)
     chunk = ChunkCost(
         forward_s=total.f
@@ -947,7 +946,7 @@ DP_TIMES_READS = ReadSet(
         "timer",
         "float8_params",
         "sources",
-    ),  # fmt: skip
+    ),
     reads={
         "train": (
             ("expert_dp", expert_dp),
