@@ -32,10 +32,15 @@ from paraplan.cost.block import (
 from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.collectives import SourceKey, add_records, collective_sources, record, timed_collective
 from paraplan.cost.comm import GroupPlacement, place_group
-from paraplan.cost.compute import weight_quantize_s
-from paraplan.cost.fsdp_copies import NO_COPIES, fsdp2_copies
+from paraplan.cost.compute import any_layout_fp8, weight_quantize_s
+from paraplan.cost.fsdp_copies import NO_COPIES, float8_scale_precompute_s, float8_shard_casts_s, fsdp2_copies
 from paraplan.cost.offload import optimizer_step_s
-from paraplan.cost.quantize import LOW_PRECISIONS, WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS
+from paraplan.cost.quantize import (
+    LOW_PRECISIONS,
+    WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS,
+    needs_columnwise_copy,
+    recipe_of,
+)
 from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.graph.backward import is_weightless_gemm
@@ -111,7 +116,8 @@ def block_memory_of(kind: str, model: ModelSpec, shard: L.Shard, recompute: str)
     """Parameters and saved bytes of one block kind (`memory.blocks.block_memory` of its operators)."""
     layer_kind = K.layer_kind(kind)
     ops = block_ops_of(kind, model, shard).forward
-    memory = block_memory(ops, recompute, _layer_input_bytes(model, shard), shard.act_bytes)
+    # torchtitan's compile flag is its kernel fusion (`formats.torchtitan`): the compiled block's saved set
+    memory = block_memory(ops, recompute, _layer_input_bytes(model, shard), shard.act_bytes, compiled=shard.fused)
     table_params = layer_kind.params_of(model, shard)
     if table_params is not None:  # weights without a GEMM (the embedding's lookup table, V/tp x h on this rank)
         memory = replace(memory, dense_params=table_params)
@@ -131,26 +137,58 @@ def quantized_weight_elements(kind: str, model: ModelSpec, shard: L.Shard) -> fl
     )
 
 
+@lru_cache(maxsize=_BLOCK_CACHE_SIZE)
+def float8_weight_elements(kind: str, model: ModelSpec, shard: L.Shard) -> float:
+    """Of `quantized_weight_elements`, the dense ones (no expert's): torchao's `Float8Linear` swaps `nn.Linear`
+    modules, not MoE experts' grouped weights, whose FSDP2 all-gather stays 16-bit (`memory.model.StageFootprint.
+    float8_params`)."""
+    return float(
+        sum(
+            op.gemm.k * op.gemm.n * op.gemm.count
+            for op in block_ops_of(kind, model, shard).forward
+            if op.gemm is not None and op.precision in LOW_PRECISIONS and not op.expert and not is_weightless_gemm(op)
+        )
+    )
+
+
 def _weight_casts_s(total: _StageSums, train: TrainingSpec, system: SystemSpec, cal: Calibration) -> float:
     """A micro-batch's share of the stage's weight casts: megatron-core casts once per step and Transformer Engine
     keeps the casts for the step's other micro-batches (`cost.quantize.WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS`);
-    other frameworks cast in every forward."""
-    if total.quantized_weights <= 0:  # no low-precision GEMM: no cast (`weight_quantize_s` is 0.0, and so its share)
+    other frameworks cast in every forward. Under torchao's float8 all-gather the float8 linears' weights arrive cast
+    (`TrainingSpec.fsdp_float8_all_gather`; `float8_shard_casts_s`): the others' casts remain."""
+    quantized = total.quantized_weights
+    if train.fsdp_float8_all_gather:
+        quantized -= total.float8_params
+    if quantized <= 0:  # no low-precision GEMM: no cast (`weight_quantize_s` is 0.0, and so its share)
         return 0.0
-    once = weight_quantize_s(train.precision, total.quantized_weights, system.gpu, cal)
+    once = weight_quantize_s(train.precision, quantized, system.gpu, cal)
     if train.framework in WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS:
         return once / train.num_microbatches
     return once
 
 
+def _float8_weight_transposes_s(
+    float8_params: float, train: TrainingSpec, system: SystemSpec, cal: Calibration
+) -> float:
+    """A micro-batch's copies of the gathered float8 weights into the layout of the input-gradient GEMM under
+    torchao's float8 all-gather (`float8_params` of them, 0 without it): `preprocess_addmm` (torchao float8/
+    float8_ops.py) makes the row-major weight column-major (`b_data.t().contiguous().t()`, one byte read and one
+    written) where float8 GEMMs are TN only (`cost.quantize.needs_columnwise_copy`: Hopper); the forward GEMM takes
+    the transposed weight as it is. Without float8 all-gather that copy is among `_weight_casts_s`' casts."""
+    recipe = recipe_of(train.precision)
+    if float8_params <= 0 or recipe is None or not needs_columnwise_copy(recipe, any_layout_fp8(system.gpu)):
+        return 0.0
+    return 2 * recipe.weight_element_bytes * float8_params / (system.gpu.hbm_bytes_per_s * cal.memory_efficiency)
+
+
 def _fsdp2_copies_s(
-    params: float, train: TrainingSpec, system: SystemSpec, cal: Calibration, units: int
+    params: float, train: TrainingSpec, system: SystemSpec, cal: Calibration, units: int, float8_params: float = 0.0
 ) -> tuple[float, float]:
     """(forward, backward) of one micro-batch: torch FSDP2's compute-stream copies (`cost.fsdp_copies`). Fully
     sharded, each micro-batch gathers before its forward and again before its backward, and reduce-scatters after
     it; with sharded gradients only (ZeRO-2) the parameters are gathered once a step and the gradients reduced
     every micro-batch (`_dp_times`)."""
-    copies = fsdp2_copies(params, train, system.gpu, cal, units)
+    copies = fsdp2_copies(params, train, system.gpu, cal, units, float8_params)
     if copies is NO_COPIES:
         return 0.0, 0.0
     if train.shards_params:
@@ -319,6 +357,8 @@ def _layout_parts(
 def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFootprint:
     """Parameters and saved bytes of one model stage: its blocks' (`block_memory_of`) added up."""
     dense = expert = saved = max_layer = max_full_saved = loss_logits = edge = max_transient = quantized = 0.0
+    float8 = max_layer_float8 = 0.0  # low-precision dense weights (`float8_weight_elements`)
+    low_precision = shard.precision in LOW_PRECISIONS
     run_heads = run_inner = 0  # Megatron's uniform method: the layers that keep a run's input, and the others
     present = {kind for kind, _, _, _ in parts} if model.tied_embeddings else set()  # read with tied embeddings only
     for kind, mode, count, bf16 in parts:
@@ -329,9 +369,15 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
             if not layer_kind.is_decoder_layer:
                 edge += memory.dense_params * count
         expert += memory.expert_params * count
-        quantized += quantized_weight_elements(kind, model, part_shard(shard, bf16)) * count
         saved += memory.saved_bytes * count
+        block_float8 = 0.0
+        if low_precision:  # TE's linears (`quantized_weight_elements`), torchao's (`float8_weight_elements`)
+            quantized += quantized_weight_elements(kind, model, part_shard(shard, bf16)) * count
+            block_float8 = float8_weight_elements(kind, model, part_shard(shard, bf16))
+        float8 += block_float8 * count
         if layer_kind.is_decoder_layer:
+            if memory.dense_params + memory.expert_params > max_layer:
+                max_layer_float8 = block_float8
             max_layer = max(max_layer, memory.dense_params + memory.expert_params)
             max_transient = max(max_transient, memory.backward_transient_bytes)
             if mode in ("full", FULL_INNER, OFFLOAD):  # recomputed, or reloaded from host memory, one at a time
@@ -343,7 +389,10 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
         loss_logits = max(loss_logits, memory.loss_logits)  # the vocab-parallel logits (`memory.loss`)
     if run_inner:  # a uniform run is recomputed whole before its backward: all its layers' activations at once
         max_full_saved *= -(-(run_heads + run_inner) // max(1, run_heads))
-    return StageFootprint(dense, expert, saved, max_layer, max_full_saved, loss_logits, edge, max_transient, quantized)
+    return StageFootprint(
+        dense, expert, saved, max_layer, max_full_saved, loss_logits, edge, max_transient, float8, max_layer_float8,
+        quantized,
+    )  # fmt: skip
 
 
 def stage_footprints(
@@ -384,6 +433,8 @@ class _StageSums:
     comm_sources: dict[SourceKey, float] = field(default_factory=dict)
     quantized_weights: float = 0.0
     """Weight elements of the stage's low-precision GEMMs, cast for them apart from the ops (`_weight_casts_s`)."""
+    float8_params: float = 0.0
+    """Of `dense_params`, the float8 linears' weights (`StageFootprint.float8_params`)."""
 
 
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)  # a tuner run meets a few thousand stages; each entry is small
@@ -400,6 +451,7 @@ def _stage_sums(
         saved=footprint.saved_bytes,
         dense_params=footprint.dense_params,
         expert_params=footprint.expert_params,
+        float8_params=footprint.float8_params,
     )
     for kind, mode, count, bf16 in parts:
         if measured and kind in measured:
@@ -538,12 +590,15 @@ def _chunk_cost(
     # where the collectives' times came from, with a profile only (without one all are modelled): per micro-batch,
     # the data-parallel ones per step (each label alike)
     sources = dict(total.comm_sources) if timer is not None else None
+    float8 = total.float8_params if train.fsdp_float8_all_gather else 0.0  # gathered in one byte (0 without)
     if like is None:
         # `_dp_times` once per distinct read-set; `sources` gets the same additions in the same order (the same floats)
         times, added = _dp_times_memo(
-            total.dense_params, total.expert_params, train, system, cal, groups, units, timer, sources
+            total.dense_params, total.expert_params, train, system, cal, groups, units, timer, float8, sources
         )
         dp_grad, dp_gather, fsdp_gather, fsdp_rs = times
+        if float8:  # torchao casts the float8 weights' shards before each all-gather, on FSDP2's copy-in stream
+            fsdp_gather += float8_shard_casts_s(float8, train, system.gpu, cal)
         for source_key, seconds in added:  # nothing without `sources`
             sources[source_key] = sources.get(source_key, 0.0) + seconds  # type: ignore[index]
     else:
@@ -560,14 +615,14 @@ def _chunk_cost(
     if not train.gathers_on_demand:
         slow_f = cal.overlap_interference * min(fsdp_gather, total.f)
         slow_b = cal.overlap_interference * min(fsdp_gather + refetch + fsdp_rs, total.b + total.w)
-    copy_f, copy_b = _fsdp2_copies_s(params, train, system, cal, units)
+    copy_f, copy_b = _fsdp2_copies_s(params, train, system, cal, units, float8)
     chunk = ChunkCost(
         forward_s=total.f
         + slow_f
         + copy_f
         + _microbatch_overhead_s(train, cal) / chunks
         + _weight_casts_s(total, train, system, cal),
-        backward_input_s=total.b + slow_b + copy_b,
+        backward_input_s=total.b + slow_b + copy_b + _float8_weight_transposes_s(float8, train, system, cal),
         backward_weight_s=total.w,
         comm_total_s=total.comm_total,
         comm_exposed_s=total.comm_exposed,
@@ -658,7 +713,7 @@ def stage_costs(
         )
         total = _stage_sums_of(parts, model, shard, ctx, options.measured_blocks)
         chunk, _, dense, expert = _chunk_cost(total, train, system, cal, groups, chunks, timer=options.profile)
-        optimizer_s = _optimizer_time(dense, expert, train, expert_dp(train), system, cal)
+        optimizer_s = _optimizer_time(dense, expert, train, expert_dp(train), system, cal, total.float8_params)
         out.append(
             StageCosts(
                 first_layer=stage.first_layer,
@@ -742,12 +797,17 @@ def project_specs(
         else 0.0
     )
     edp = expert_dp(train)
-    optimizer_by_params: dict[tuple[float, float], float] = {}  # ranks with the same parameters: timed once
+    rank_float8_params = [  # the float8 weights whose scales are precomputed after the step (0 each without)
+        sum([sums[stage_parts[i]].float8_params for i in row]) if train.fsdp_float8_all_gather else 0.0
+        for row in holder
+    ]
+    optimizer_by_params: dict[tuple[float, float, float], float] = {}  # ranks with the same parameters: timed once
     optimizer_s = []
-    for params in zip(rank_dense_params, rank_expert_params, strict=True):
+    for params in zip(rank_dense_params, rank_expert_params, rank_float8_params, strict=True):
         seconds = optimizer_by_params.get(params)
         if seconds is None:
-            seconds = optimizer_by_params[params] = _optimizer_time(*params, train, edp, system, cal)
+            dense, expert, float8 = params
+            seconds = optimizer_by_params[params] = _optimizer_time(dense, expert, train, edp, system, cal, float8)
         optimizer_s.append(seconds)
     pipeline = play_pipeline(
         PipelineCosts(
@@ -886,13 +946,25 @@ def _dp_times_logged(*args: Any) -> tuple[tuple[float, float, float, float], tup
 
 
 DP_TIMES_READS = ReadSet(
-    params=("dense_params", "expert_params", "train", "system", "cal", "groups", "fsdp_units", "timer", "sources"),
+    params=(
+        "dense_params",
+        "expert_params",
+        "train",
+        "system",
+        "cal",
+        "groups",
+        "fsdp_units",
+        "timer",
+        "float8_params",
+        "sources",
+    ),
     reads={
         "train": (
             ("expert_dp", expert_dp),
             ("expert_group", lambda train: train.etp * train.ep),
             "grad_reduce_bytes",
             "param_gather_bytes",
+            "fsdp_float8_all_gather",
             "effective_ddp_bucket_size",
             "shards_params",
             "shards_optimizer",
@@ -918,13 +990,15 @@ def _dp_times(
     groups: Mapping[CommAxis, GroupPlacement],
     fsdp_units: int = 1,
     timer: OpTimer | None = None,
+    float8_params: float = 0.0,
     sources: dict[SourceKey, float] | None = None,
 ) -> tuple[float, float, float, float]:
     """(grad reduction once per step, param all-gather once per step, FSDP gather per mb, FSDP RS per mb).
 
     FSDP collectives run once per unit (`fsdp_units` per chunk), each over that unit's share. `timer`: the fitted
     profile (its measured collectives); `sources`: where each collective's time is recorded (`cost.collectives`),
-    under "dp" per step and "fsdp" per micro-batch (gathers twice: forward and backward).
+    under "dp" per step and "fsdp" per micro-batch (gathers twice: forward and backward). `float8_params`: of
+    `dense_params`, the float8 linears' weights, gathered in one byte under `TrainingSpec.fsdp_float8_all_gather`.
 
     ZeRO-2 (partitioned gradients, replicated parameters) reduce-scatters every micro-batch's gradients as its
     backward makes them, per unit like FSDP's, and all-gathers the updated parameters once per step: DeepSpeed's
@@ -962,16 +1036,20 @@ def _dp_times(
             record(sources, per_step, kind, source, seconds * n)
         return seconds * n
 
-    def per_unit(kind: CommKind, nbytes_per: float) -> float:
-        """One micro-batch's collectives over the chunk's `fsdp_units` units (under the per-micro-batch label)."""
+    def per_unit(kind: CommKind, nbytes_per: float, dense_bytes_per: float | None = None) -> float:
+        """One micro-batch's collectives over the chunk's `fsdp_units` units (under the per-micro-batch label);
+        `dense_bytes_per`: the dense parameters' bytes each where they differ from the experts'."""
         u = fsdp_units
         return u * (
-            coll(kind, dense_params / u, nbytes_per, dp_group, per_mb)
+            coll(kind, dense_params / u, nbytes_per if dense_bytes_per is None else dense_bytes_per, dp_group, per_mb)
             + coll(kind, expert_params / u, nbytes_per, edp_group, per_mb)
         )
 
     if train.shards_params:
-        gather = per_unit(CommKind.ALL_GATHER, param_bytes)
+        dense_gather = None  # torchao's float8 all-gather: the float8 linears' weights in one byte, the rest 16-bit
+        if train.fsdp_float8_all_gather and dense_params > 0:
+            dense_gather = train.fsdp_gather_bytes(dense_params, float8_params) / dense_params
+        gather = per_unit(CommKind.ALL_GATHER, param_bytes, dense_gather)
         # gradients reduce in the framework's reduce dtype (torch FSDP `reduce_dtype`, DeepSpeed's fp16 regime)
         return 0.0, 0.0, gather, per_unit(CommKind.REDUCE_SCATTER, grad_bytes)
     if train.shards_optimizer:
@@ -1021,13 +1099,23 @@ def _p2p_time(
 
 
 def _optimizer_time(
-    dense_params: float, expert_params: float, train: TrainingSpec, edp: int, system: SystemSpec, cal: Calibration
+    dense_params: float,
+    expert_params: float,
+    train: TrainingSpec,
+    edp: int,
+    system: SystemSpec,
+    cal: Calibration,
+    float8_params: float = 0.0,
 ) -> float:
     """Fused Adam: memory-bound over the parameters this rank updates (`cost.offload.optimizer_step_s`: the
-    precision-aware optimizer's dtypes and CPU offload)."""
+    precision-aware optimizer's dtypes and CPU offload); under torchao's float8 all-gather, then the scales of the
+    `float8_params` float8 weights (`cost.fsdp_copies.float8_scale_precompute_s`)."""
     dp = train.dp * train.cp
     if train.shards_optimizer or train.shards_params:
         params = dense_params / dp + expert_params / edp
     else:
         params = dense_params + expert_params
-    return optimizer_step_s(params, train, system.gpu, cal)
+    step = optimizer_step_s(params, train, system.gpu, cal)
+    if train.fsdp_float8_all_gather:
+        return step + float8_scale_precompute_s(float8_params, train, system.gpu, cal)
+    return step

@@ -93,6 +93,7 @@ TRAIN_VALUES: dict[str, tuple[Any, ...]] = {
     "cpu_offloading_num_layers": (0, 2),
     "cuda_graph_scope": CUDA_GRAPH_SCOPES,
     "expandable_segments": (False, True),
+    "fsdp_float8_all_gather": (False, True),
     "framework": FRAMEWORKS,
 }
 
@@ -109,6 +110,7 @@ def _other_values() -> dict[str, tuple[Any, ...]]:
         "groups": ({CommAxis.DP: place_group(64, 8, 4)}, {CommAxis.DP: place_group(16, 1, 4)}),
         "fsdp_units": (1, 4),
         "timer": (None, shipped_ref("gh200")),
+        "float8_params": (0.0, 5e8),
         "sources": (None, {}),
     }
 

@@ -103,6 +103,13 @@ def _projection_command(
     optimizer_offload_fraction: Annotated[
         float | None, Opt("--optimizer-offload-fraction", help="share of the optimizer on the CPU (default 1)")
     ] = None,
+    fsdp_float8_all_gather: Annotated[
+        bool | None,
+        Opt(
+            "--fsdp-float8-all-gather/--no-fsdp-float8-all-gather",
+            help="torchtitan FSDP all-gathers its float8 linears' weights in float8 (torchao; per-tensor FP8)",
+        ),
+    ] = None,
     moe_pad_to_capacity: Annotated[
         bool | None,
         Opt("--moe-pad-expert-input-to-capacity/--no-moe-pad-expert-input-to-capacity", help="drop-and-pad, no sync"),

@@ -28,6 +28,7 @@ TRAINING_OPTIONS: Mapping[str, str] = MappingProxyType(
         "optimizer_cpu_offload": "optimizer_cpu_offload",
         "expandable_segments": "expandable_segments",
         "optimizer_offload_fraction": "optimizer_offload_fraction",
+        "fsdp_float8_all_gather": "fsdp_float8_all_gather",
         "moe_pad_to_capacity": "moe_pad_expert_input_to_capacity",
         "moe_capacity_factor": "moe_expert_capacity_factor",
         "sequence_parallel": "sequence_parallel",

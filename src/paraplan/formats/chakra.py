@@ -49,7 +49,7 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.schedule import SCHEDULES, Layout
 from paraplan.specs.schedule import schedule as schedule_named
 from paraplan.specs.system import SystemSpec
-from paraplan.specs.training import TrainingSpec
+from paraplan.specs.training import LOW_PRECISIONS, TrainingSpec
 from paraplan.specs.validate import check
 from paraplan.textfiles import MIB, OUTPUT_MAX_MIB, mib_text
 
@@ -342,6 +342,7 @@ def rank_program(
     stage_of = {rc: v for v, rc in enumerate(order)}
     parts = {v: _stage_parts(model, shard, train, stages[v]) for v, (r, _) in enumerate(order) if r == pp_rank}
     params = {v: _params(ops for _, _, ops in parts[v]) for v in parts}
+    gathered = {v: _fsdp_gathered(train, parts[v], params[v]) for v in parts}
     refetch = {v: _refetch(parts[v], params[v]) for v in parts} if train.refetches_recomputed_params else {}
     p2p_bytes = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
     p2p_micros = _micros(costs.collective_s(CommKind.SEND_RECV, p2p_bytes, "pp"))
@@ -354,7 +355,7 @@ def rank_program(
         v = stage_of[(pp_rank, chunk)]
         label = f"{kind}.mb{mb}.s{v}"
         if train.shards_params:  # FSDP: gather the chunk's parameters before its forward and its backward
-            program.data_parallel(f"{label}.fsdp_gather", CommKind.ALL_GATHER, param_bytes, params[v], chain=True)
+            program.data_parallel(f"{label}.fsdp_gather", CommKind.ALL_GATHER, param_bytes, gathered[v], chain=True)
         if kind == "B" and refetch.get(v):  # ZeRO-3: again, what the recomputed forward released
             program.data_parallel(f"{label}.fsdp_refetch", CommKind.ALL_GATHER, param_bytes, refetch[v], chain=True)
         if kind == "F":
@@ -411,6 +412,18 @@ def _params(op_lists) -> tuple[float, float]:
             else:
                 dense += n
     return dense, expert
+
+
+def _fsdp_gathered(train: TrainingSpec, parts, params: tuple[float, float]) -> tuple[float, float]:
+    """A stage's (dense, expert) parameters as FSDP all-gathers them, counted in `param_gather_bytes` elements: under
+    torchao's float8 all-gather its dense low-precision GEMMs' weights travel in one byte each
+    (`TrainingSpec.fsdp_gather_bytes`); `params` as they are otherwise."""
+    if not train.fsdp_float8_all_gather:
+        return params
+    float8 = sum(
+        weight_params(op) for _, _, ops in parts for op in ops if op.precision in LOW_PRECISIONS and not op.expert
+    )
+    return train.fsdp_gather_bytes(params[0], float8) / train.param_gather_bytes, params[1]
 
 
 def _optimizer(

@@ -125,6 +125,24 @@ def torchtitan_split(num_layers: int, stages: int, first_weight: int, last_weigh
     return counts if min(counts) >= 0 else None
 
 
+def _float8_all_gather(f8: Mapping[str, Any], train: dict[str, Any], problems: Problems) -> None:
+    """`[float8] enable_fsdp_float8_all_gather` of a tensorwise run (torchtitan 0.1-0.2 `Float8Converter`, which
+    asserts it is not given with a `recipe_name` and turns it on only when `dp_shard_enabled`)."""
+    if not as_bool(f8.get("enable_fsdp_float8_all_gather", False), "float8.enable_fsdp_float8_all_gather", problems):
+        return
+    if "recipe_name" in f8:
+        problems.add("float8.enable_fsdp_float8_all_gather is not supported with float8.recipe_name (torchtitan)")
+    elif train.get("fsdp"):
+        train["fsdp_float8_all_gather"] = True
+        if not f8.get("precompute_float8_dynamic_scale_for_fsdp", False):
+            problems.note(
+                "float8 all-gather without precompute_float8_dynamic_scale_for_fsdp (an amax all-reduce per weight "
+                "per all-gather) is projected with precomputed scales"
+            )
+    else:
+        problems.note("float8.enable_fsdp_float8_all_gather is off without FSDP (data_parallel_shard_degree 1)")
+
+
 def _model(section: Mapping[str, Any], base: Path, problems: Problems) -> ModelSpec | None:
     name, flavor = str(section.get("name", "llama3")), str(section.get("flavor", ""))
     if (name, flavor) in FLAVORS:
@@ -288,6 +306,7 @@ def torchtitan_from_doc(
             problems.note(f"float8 {recipe} scaling is projected as fine-grained (blockwise) FP8")
         else:
             train["precision"] = "fp8_cs"
+            _float8_all_gather(f8, train, problems)
     elif mx:
         recipe = mx_sec.get("recipe_name", "mxfp8")
         if recipe != "mxfp8":
@@ -557,7 +576,11 @@ def write_torchtitan(model: ModelSpec, system: SystemSpec, train: TrainingSpec, 
         if train.precision == "fp8":
             gaps.append("FP8 delayed scaling (torchtitan scales per tensor at run time): tensorwise used")
         model_sec["converters"] = ["float8"]
-        doc["float8"] = {"recipe_name": "rowwise" if train.precision == "fp8_blockwise" else "tensorwise"}
+        if train.fsdp_float8_all_gather:  # tensorwise is torchtitan's float8 without a recipe name, the only one it
+            # all-gathers in float8 (its `Float8Converter` asserts no `recipe_name` beside it)
+            doc["float8"] = {"enable_fsdp_float8_all_gather": True, "precompute_float8_dynamic_scale_for_fsdp": True}
+        else:
+            doc["float8"] = {"recipe_name": "rowwise" if train.precision == "fp8_blockwise" else "tensorwise"}
     elif train.precision == "mxfp8":
         model_sec["converters"] = ["mx"]
         doc["mx"] = {"recipe_name": "mxfp8"}

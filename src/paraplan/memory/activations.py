@@ -92,24 +92,48 @@ def _mm_widths(op: Op, forward: Sequence[Op]) -> list[int]:
     return [n]
 
 
-def op_policy_saved_bytes(forward: Sequence[Op], layer_input_bytes: float, act_bytes: float) -> float:
+def _feeds_residual_only(forward: Sequence[Op], index: int) -> bool:
+    """Whether the output of `forward[index]` goes only into the residual add (through the TP exit's reduce-scatter
+    or all-reduce and a dropout, whose backwards read no activation): no backward op reads it."""
+    for op in forward[index + 1 :]:
+        if op.comm is not None and op.comm.kind in (CommKind.REDUCE_SCATTER, CommKind.ALL_REDUCE):
+            continue
+        if op.name.endswith("_dropout"):
+            continue
+        return op.name.endswith("_residual")
+    return False
+
+
+def op_policy_saved_bytes(
+    forward: Sequence[Op], layer_input_bytes: float, act_bytes: float, compiled: bool = False
+) -> float:
     """torchtitan's per-op selective activation checkpointing (torchtitan@9dec370 parallelize_llama.py
     `_save_list` and `_get_custom_policy`): the block is checkpointed (its input kept) and inside it the outputs of
     the listed ops are kept, everything else recomputed: every `aten.mm` but each second one (counted per block in
     call order), scaled-dot-product attention (output and log-sum-exp), the TP reduce-scatter, and float8's
-    amax (`abs`, `max`: scalars, not counted)."""
+    amax (`abs`, `max`: scalars, not counted).
+
+    Eager, the policy's cache holds every listed output until the block's recompute takes it (torch
+    utils/checkpoint.py `_CachingTorchDispatchMode`: MUST_SAVE outputs stored whether or not a backward reads
+    them). `compiled` (torch.compile around the checkpointed block, torchtitan `apply_compile`): AOTAutograd's
+    partitioner only bans the listed ops from recompute and forces the rest into it; what the forward saves is the
+    min cut between forward and backward (torch/_functorch/partitioners.py `solve_min_cut`: MUST_SAVE nodes get
+    `ban_recomputation_if_allowed`, PREFER_RECOMPUTE ones `must_recompute`), so a listed output no backward op
+    reads is not saved: the output projection's and its reduce-scatter's, which only go into the residual add
+    (`_feeds_residual_only`). Measured on a scaled Llama-3 block: `benchmarks/compile_saved.py`."""
     kept = layer_input_bytes
     mm_count = 0
-    for op in forward:
+    for i, op in enumerate(forward):
+        unread = compiled and _feeds_residual_only(forward, i)
         if op.kind is OpKind.GEMM and op.gemm is not None and not is_weightless_gemm(op):
             for width in _mm_widths(op, forward):
                 mm_count += 1
-                if mm_count % 2:
+                if mm_count % 2 and not unread:
                     kept += act_bytes * op.gemm.m * width * op.gemm.count
         elif op.attention is not None:
             a = op.attention
             kept += act_bytes * a.batch * a.seq_q * a.heads * a.head_dim_v + op.saved_bytes  # output, log-sum-exp
-        elif op.comm is not None and op.comm.kind is CommKind.REDUCE_SCATTER:
+        elif op.comm is not None and op.comm.kind is CommKind.REDUCE_SCATTER and not unread:
             kept += op.comm.bytes / op.comm.group_size
     return kept
 
@@ -163,10 +187,14 @@ def recomputed_ops(forward: Sequence[Op], recompute: str) -> list[Op]:
     return []
 
 
-def saved_bytes(forward: Sequence[Op], recompute: str, layer_input_bytes: float, act_bytes: float = 2.0) -> float:
+def saved_bytes(
+    forward: Sequence[Op], recompute: str, layer_input_bytes: float, act_bytes: float = 2.0, compiled: bool = False
+) -> float:
     """Bytes kept for backward. Under full recompute only the layer input (a checkpoint) is kept; inside a uniform
     run (`FULL_INNER`) and under activation offloading nothing stays on the GPU. A checkpointed module keeps its
-    input: the saved tensor of its first op (counted there), dropped are the rest of its ops' saved bytes."""
+    input: the saved tensor of its first op (counted there), dropped are the rest of its ops' saved bytes.
+    `compiled`: the block runs under torch.compile (`TrainingSpec.kernel_fusion` of a torchtitan run), which
+    changes what torchtitan's per-op policy keeps (`op_policy_saved_bytes`)."""
     if recompute == "full":
         return layer_input_bytes
     if recompute in (FULL_INNER, OFFLOAD):
@@ -186,6 +214,6 @@ def saved_bytes(forward: Sequence[Op], recompute: str, layer_input_bytes: float,
         dropped_bytes = sum(forward[i].saved_bytes for i in dropped)
         return max(0.0, total - dropped_bytes)
     if recompute == "op":
-        return op_policy_saved_bytes(forward, layer_input_bytes, act_bytes)
+        return op_policy_saved_bytes(forward, layer_input_bytes, act_bytes, compiled)
     dropped = sum(op.saved_bytes for op in recomputed_ops(forward, recompute))
     return sum(op.saved_bytes for op in forward) - dropped

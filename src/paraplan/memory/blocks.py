@@ -56,10 +56,11 @@ def backward_transient_bytes(forward: Sequence[Op], act_bytes: float = 2.0) -> f
 
 
 def block_memory(
-    forward: Sequence[Op], recompute: str, layer_input_bytes: float, act_bytes: float = 2.0
+    forward: Sequence[Op], recompute: str, layer_input_bytes: float, act_bytes: float = 2.0, compiled: bool = False
 ) -> BlockMemory:
     """`recompute`: "none", "selective", "full" (only the block input, `layer_input_bytes`, is kept) or "op"
-    (torchtitan's per-op policy, which keeps some outputs of `act_bytes` per element; `memory.activations`)."""
+    (torchtitan's per-op policy, which keeps some outputs of `act_bytes` per element; `memory.activations`).
+    `compiled`: the block under torch.compile (`memory.activations.op_policy_saved_bytes`)."""
     losses = [op.gemm.m * op.gemm.n for op in forward if op.name.endswith("lm_head") and op.gemm is not None]
     dense_params = expert_params = 0
     for op in forward:
@@ -71,7 +72,7 @@ def block_memory(
     return BlockMemory(
         dense_params=dense_params,
         expert_params=expert_params,
-        saved_bytes=saved_bytes(forward, recompute, layer_input_bytes, act_bytes),
+        saved_bytes=saved_bytes(forward, recompute, layer_input_bytes, act_bytes, compiled),
         full_saved_bytes=sum(op.saved_bytes for op in forward),
         loss_logits=max(losses, default=0.0),
         backward_transient_bytes=backward_transient_bytes(forward, act_bytes),

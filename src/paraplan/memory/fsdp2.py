@@ -23,7 +23,9 @@ from collections.abc import Sequence
 from paraplan.specs.training import TrainingSpec
 
 
-def all_gather_pool_bytes(train: TrainingSpec, chunk_edge_params: Sequence[float], max_layer_params: float) -> float:
+def all_gather_pool_bytes(
+    train: TrainingSpec, chunk_edge_params: Sequence[float], max_layer_params: float, layer_float8_params: float = 0.0
+) -> float:
     """Bytes the all-gather copy-in stream's pool holds (reserved) on a rank of torchtitan's FSDP2, whose model chunks
     have `chunk_edge_params` outside the decoder layers (the root unit's). torchtitan shards each pipeline chunk as
     its own root (`apply_fsdp` per model part), each root's `FSDPCommContext.lazy_init` creates its own streams, and
@@ -40,11 +42,26 @@ def all_gather_pool_bytes(train: TrainingSpec, chunk_edge_params: Sequence[float
     block's 16-bit output). Per chunk: max(root, layer) + layer x (1 + 1/world) elements, or the root's output and
     input alone if larger, in the 16-bit gather dtype
     (`TrainingSpec.param_gather_bytes`; no copied input without mixed precision, where the shard is the input). 0
-    outside torchtitan's FSDP, or with one rank per shard group (`unshard` then all-gathers nothing)."""
+    outside torchtitan's FSDP, or with one rank per shard group (`unshard` then all-gathers nothing).
+
+    Under torchao's float8 all-gather (`TrainingSpec.fsdp_float8_all_gather`) a layer's `layer_float8_params`
+    travel in one byte: `_get_param_all_gather_inputs` takes each float8 weight's `fsdp_pre_all_gather` output (its
+    shard cast to float8, on the copy-in stream) as its input, the others' 16-bit copy as before, and with mixed
+    dtypes `foreach_all_gather` gathers them all as bytes (`_get_all_gather_input_metadatas`: uint8), so a unit's
+    output and input are its bytes (`TrainingSpec.fsdp_gather_bytes`). Left out: the eager cast's two fp32
+    temporaries of one weight's shard (`tensor.to(float32) * scale`, then the clamp of `to_fp8_saturated`), freed
+    before the output is allocated."""
     world = train.dp * train.cp  # torchtitan's FSDP mesh: dp_shard x cp
     if not train.shards_params or train.framework != "torchtitan" or world <= 1 or max_layer_params <= 0:
         return 0.0
     copied_input = 0.0 if train.precision == "fp32" else 1.0 / world
+    if train.fsdp_float8_all_gather:  # in bytes (torchtitan's root unit has no float8 linear: 16-bit)
+        unit_bytes = train.fsdp_gather_bytes(max_layer_params, layer_float8_params)
+        per_chunk_bytes = (
+            max(edge_bytes * (1.0 + copied_input), max(edge_bytes, unit_bytes) + unit_bytes * (1.0 + copied_input))
+            for edge_bytes in (train.param_gather_bytes * edge for edge in chunk_edge_params)
+        )
+        return float(sum(per_chunk_bytes))
     unit = max_layer_params
     per_chunk = (
         max(edge * (1.0 + copied_input), max(edge, unit) + unit * (1.0 + copied_input)) for edge in chunk_edge_params

@@ -36,7 +36,7 @@ from paraplan.memory import fsdp2
 from paraplan.memory.blocks import weight_params
 from paraplan.memory.loss import loss_extra_bytes_per_logit
 from paraplan.memory.zero3 import kept_tail_params, live_params, zero3_state_bytes
-from paraplan.specs.training import DEEPSPEED_FRAMEWORKS, TrainingSpec
+from paraplan.specs.training import DEEPSPEED_FRAMEWORKS, FLOAT8_GATHER_BYTES, TrainingSpec
 
 if TYPE_CHECKING:
     from paraplan.graph.layers import Shard
@@ -226,6 +226,7 @@ def state_bytes(
     gathered_params: float,
     unsharded_grad_params: float = 0.0,
     fsdp_grad_bytes: float | None = None,
+    gathered_float8_params: float = 0.0,
     quantized_weights: float = 0.0,
     quantized_copy_bytes: float = 0.0,
 ) -> dict[str, float]:
@@ -237,6 +238,8 @@ def state_bytes(
     at once before their reduce-scatter.
     `fsdp_grad_bytes`: under torch FSDP / Megatron-FSDP, the bytes of unsharded gradients in backward
     (`fsdp_unsharded_grad_bytes`; by default the gathered parameters' in the weight dtype).
+    `gathered_float8_params`: of `gathered_params`, those gathered in one byte (torchao's float8 all-gather keeps the
+    gathered float8 bytes as the unsharded weight, no 16-bit copy: `TrainingSpec.fsdp_float8_all_gather`).
     `quantized_weights`: the weight elements of the rank's low-precision Transformer Engine linears, and
     `quantized_copy_bytes` the bytes of their quantised copies per element (`quantized_copy_bytes_per_weight`; 0:
     none): beside the 16-bit weights (`quantized_weight_copies`), or in their place under `--fp8-param-gather`.
@@ -259,7 +262,9 @@ def state_bytes(
         # and their unsharded gradients (`fsdp_unsharded_grad_bytes`). FSDP2's CPUOffloadPolicy (torchtitan
         # `enable_cpu_offload`) keeps the sharded params and grads on the host too.
         return {
-            "weights": weight_bytes * gathered_params + 4 * shard * on_gpu,
+            "weights": weight_bytes * gathered_params
+            - (weight_bytes - FLOAT8_GATHER_BYTES) * gathered_float8_params
+            + 4 * shard * on_gpu,
             "quantized_weight_copies": 0.0,  # not modelled under sharded parameters (`quantized_copy_bytes_per_weight`)
             "gradients": 4 * shard * on_gpu
             + (weight_bytes * gathered_params if fsdp_grad_bytes is None else fsdp_grad_bytes),
@@ -402,11 +407,18 @@ def may_read_moments(train: TrainingSpec) -> bool:
     return train.framework == "torchtitan" and train.pp > 1
 
 
-def unsharded_stage_bytes(dense_params: float, expert_params: float, train: TrainingSpec, which: str = "both") -> float:
+def unsharded_stage_bytes(
+    dense_params: float, expert_params: float, train: TrainingSpec, which: str = "both", float8_params: float = 0.0
+) -> float:
     """The gathered 16-bit parameters ("params") and the unsharded gradients in the reduce dtype ("grads") of a
-    stage that `keeps_stage_unsharded` (0 otherwise); "both": their sum."""
+    stage that `keeps_stage_unsharded` (0 otherwise); "both": their sum. Under torchao's float8 all-gather the
+    stage's `float8_params` stay gathered in one byte (`TrainingSpec.fsdp_gather_bytes`), their gradients 16-bit."""
     if not keeps_stage_unsharded(train):
         return 0.0
+    if train.fsdp_float8_all_gather:
+        params = dense_params + expert_params
+        gathered, grads = train.fsdp_gather_bytes(params, float8_params), train.grad_reduce_bytes * params
+        return {"params": gathered, "grads": grads, "both": gathered + grads}[which]
     per_param = {
         "params": train.param_gather_bytes,
         "grads": train.grad_reduce_bytes,
@@ -501,6 +513,11 @@ class StageFootprint:
     """Parameters outside the decoder layers (embedding, final norm, LM head): torch FSDP2's root unit."""
     max_backward_transient_bytes: float = 0.0
     """The largest decoder layer's gradients in flight in its backward (`memory.blocks.backward_transient_bytes`)."""
+    float8_params: float = 0.0
+    """Of `dense_params`, the weights of low-precision GEMMs: torchao's float8 linears, what its float8 all-gather
+    sends in one byte (`TrainingSpec.fsdp_float8_all_gather`)."""
+    max_layer_float8_params: float = 0.0
+    """Of `max_layer_params`, the weights of the largest layer's float8 linears (`float8_params`)."""
     quantized_weights: float = 0.0
     """Weight elements of the stage's low-precision GEMMs, the Transformer Engine linears of its low-precision layers
     (`projection.quantized_weight_elements`)."""
@@ -579,7 +596,12 @@ def pipeline_memory(
             activations, unsharded = moment_peak(
                 moments[r],
                 [stages[i].saved_bytes for i in row],
-                [unsharded_stage_bytes(stages[i].dense_params, stages[i].expert_params, train, "params") for i in row],
+                [
+                    unsharded_stage_bytes(
+                        stages[i].dense_params, stages[i].expert_params, train, "params", stages[i].float8_params
+                    )
+                    for i in row
+                ],
                 [unsharded_stage_bytes(stages[i].dense_params, stages[i].expert_params, train, "grads") for i in row],
                 [kept_pipeline_output_bytes(train, stages[i].loss_logits) / train.num_microbatches for i in row],
                 fragmentation,
@@ -617,6 +639,8 @@ def _ranks_states(
     """Each rank's `RankStates`, from `states_cache` where it holds them (filled in here)."""
     cache: RankStatesCache = {} if states_cache is None else states_cache
     gathered: float | None = None  # looked up once, when a rank's states are not cached
+    float8_gather = train.fsdp_float8_all_gather  # the float8 linears' weights counted apart (else 0.0 each)
+    layer_float8 = max_layer_float8_params(stages, max_layer_params) if float8_gather else 0.0
     late = 0.0  # the untied embedding's parameters under torchtitan's FSDP2 (`_rank_states`), with `gathered`
     by_stages: dict[tuple[int, ...], RankStates] = {}  # ranks of several chunks holding the same footprint objects
     out = []
@@ -626,6 +650,7 @@ def _ranks_states(
         if len(row) == 1:  # one stage: its figures as they are (a sum of one is that one, to the bit)
             one = stages[row[0]]
             dense, expert, edge, logits = one.dense_params, one.expert_params, one.edge_params, one.loss_logits
+            float8 = one.float8_params if float8_gather else 0.0
             quantized = one.quantized_weights
         else:  # the sums and the max of `sum()` and `max()` over the row, in one pass (0 + x is x, to the bit)
             held = tuple([id(stages[i]) for i in row])  # `stages` holds them for the call
@@ -633,11 +658,12 @@ def _ranks_states(
             if found is not None:
                 out.append(found)
                 continue
-            dense = expert = edge = quantized = 0
+            dense = expert = edge = float8 = quantized = 0
             logits: float | None = None
             for i in row:
                 stage = stages[i]
                 dense += stage.dense_params
+                float8 += stage.float8_params if float8_gather else 0.0
                 expert += stage.expert_params
                 edge += stage.edge_params
                 quantized += stage.quantized_weights
@@ -646,7 +672,7 @@ def _ranks_states(
             if logits is None:
                 logits = 0.0
             chunk_edges = tuple([stages[i].edge_params for i in row])
-        key = (dense, expert, edge, logits, max_layer_params, quantized, *chunk_edges)
+        key = (dense, expert, edge, logits, max_layer_params, float8, quantized, *chunk_edges)
         rank = cache.get(key)
         if rank is None:
             if gathered is None:
@@ -654,7 +680,7 @@ def _ranks_states(
                 late = _embedding_table_params(model, shard) if gathered and train.framework == "torchtitan" else 0.0
             rank = cache[key] = _rank_states(
                 train, dense, expert, edge, logits, max_layer_params, gathered, chunk_edges or (edge,), late,
-                quantized, quantized_copy_bytes,
+                (float8, layer_float8), quantized, quantized_copy_bytes,
             )  # fmt: skip
         if held:
             by_stages[held] = rank
@@ -717,6 +743,11 @@ def stage_maxima(stages: Sequence[StageFootprint]) -> tuple[float, float, float]
     return params, full, transient
 
 
+def max_layer_float8_params(stages: Sequence[StageFootprint], max_layer_params: float) -> float:
+    """The float8 linears' weights of the largest layer (`stage_maxima`'s, the first stage that holds it)."""
+    return next((s.max_layer_float8_params for s in stages if s.max_layer_params == max_layer_params), 0.0)
+
+
 def _gathered_params(model: ModelSpec, shard: Shard, train: TrainingSpec, max_layer_params: float) -> float:
     """Parameters gathered at once under FSDP/ZeRO-3 (`cost.block.gathered_params`; DeepSpeed's, `zero3_live_params`),
     0 when the whole stage is gathered already (`unsharded_stage_bytes`)."""
@@ -767,26 +798,32 @@ def _rank_states(
     gathered: float,
     chunk_edges: tuple[float, ...],
     late_params: float = 0.0,
+    float8_params: tuple[float, float] = (0.0, 0.0),
     quantized_weights: float = 0.0,
     quantized_copy_bytes: float = 0.0,
 ) -> RankStates:
     """The `RankStates` of a rank with these parameters (dense, expert, outside the layers; `chunk_edges`: those
     outside the layers of each of its chunks) and loss logits; `late_params`: the untied embedding's, whose
-    gradient the backward writes last (`fsdp_unsharded_grad_bytes`); `quantized_weights`, `quantized_copy_bytes`: its
-    low-precision linears' weight elements and the bytes of their quantised copies per element (`state_bytes`)."""
+    gradient the backward writes last (`fsdp_unsharded_grad_bytes`); `float8_params`: of the rank's dense parameters
+    and of its largest layer's, the float8 linears' weights (0 each without `TrainingSpec.fsdp_float8_all_gather`;
+    the root unit holds none: torchtitan's float8 filter keeps the LM head 16-bit, as `graph.layers.head_ops`);
+    `quantized_weights`, `quantized_copy_bytes`: its low-precision linears' weight elements and the bytes of their
+    quantised copies per element (`state_bytes`)."""
+    rank_float8, layer_float8 = float8_params
     rank_gathered = gathered and (root_unit_gathered(train, edge, max_layer_params) or gathered)  # torchtitan's root
     fsdp_grads = fsdp_unsharded_grad_bytes(train, rank_gathered, late_params, max_layer_params)
     zero2_grads = zero2_unsharded_grad_params(train, max_layer_params)
     states = state_bytes(
         dense, expert, train, expert_dp(train), rank_gathered, unsharded_grad_params=zero2_grads,
-        fsdp_grad_bytes=fsdp_grads, quantized_weights=quantized_weights, quantized_copy_bytes=quantized_copy_bytes,
+        fsdp_grad_bytes=fsdp_grads, gathered_float8_params=layer_float8 if rank_gathered else 0.0,
+        quantized_weights=quantized_weights, quantized_copy_bytes=quantized_copy_bytes,
     )  # fmt: skip
     return RankStates(
         states=states,
         backward_grad_bytes=fsdp_grads,
         loss_working_bytes=loss_extra_bytes_per_logit(train) * logits,
         kept_output_bytes=kept_pipeline_output_bytes(train, logits),
-        unsharded_bytes=unsharded_stage_bytes(dense, expert, train),
+        unsharded_bytes=unsharded_stage_bytes(dense, expert, train, float8_params=rank_float8),
         cached_logits_bytes=cached_logits_bytes(train, logits),
-        all_gather_pool_bytes=fsdp2.all_gather_pool_bytes(train, chunk_edges, max_layer_params),
+        all_gather_pool_bytes=fsdp2.all_gather_pool_bytes(train, chunk_edges, max_layer_params, layer_float8),
     )

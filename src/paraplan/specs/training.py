@@ -25,6 +25,9 @@ PRECISIONS = ("fp16", "bf16", "fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4"
 LOW_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
 """The precisions whose GEMMs run quantised (FP8 and FP4 recipes, `paraplan.cost.quantize`)."""
 TRAINING_PRECISIONS = (*PRECISIONS, "fp32")
+FLOAT8_GATHER_BYTES = 1
+"""Bytes per element of a float8 weight that torchao's float8 all-gather sends (e4m3 data; one fp32 scale per
+weight beside it, not gathered: `TrainingSpec.fsdp_float8_all_gather`)."""
 """Every precision a projection accepts: also plain fp32 training (fp32 weights, gradients, Adam states and
 activations; CPU reference runs, `paraplan.measure.e2e`). fp32 math is costed on the GpuSpec's `fp16_tflops`
 (`specs.system.PRECISION_PEAK_KEY`): a CPU's spec puts its fp32 matmul rate there."""
@@ -178,7 +181,9 @@ class TrainingSpec:
     """Fused memory-bound kernels (TransformerEngine / Apex RMSNorm, SwiGLU and rotary fusions, torch.compile),
     as Megatron-LM and NeMo run by default; False is eager PyTorch, one aten kernel per elementary operation
     (RMSNorm as pow, mean, rsqrt and two multiplies; SwiGLU as silu then multiply; rotate-half rotary; the
-    gradients of split fused projections concatenated in backward; `paraplan.graph.kernels`)."""
+    gradients of split fused projections concatenated in backward; `paraplan.graph.kernels`). For torchtitan it is
+    the compile flag (`training.compile`, `compile.enable`): under its per-op SAC a compiled block saves only the
+    kept outputs its backward reads (`memory.activations.op_policy_saved_bytes`)."""
     cross_entropy_fusion: bool = False
     """Megatron `--cross-entropy-loss-fusion` (NeMo / Megatron-Bridge recipes turn it on): one fused kernel
     for the vocab-parallel loss; off (Megatron-LM's default) runs it as eager fp32 PyTorch, about four times
@@ -231,6 +236,15 @@ class TrainingSpec:
     its kernel launches; an MoE layer whose token counts reach the host stays eager from the router on, as
     megatron-core allows the `moe` scope only with drop-and-pad), `full_iteration` also the micro-batch loop
     (Megatron `--cuda-graph-scope full_iteration`, local implementation). `none`: eager launches."""
+    fsdp_float8_all_gather: bool = False
+    """torchtitan `[float8] enable_fsdp_float8_all_gather` (torchao `Float8LinearConfig.enable_fsdp_float8_all_gather`,
+    tensorwise scaling only): each float8 linear's weight is a `WeightWithDynamicFloat8CastTensor`, whose FSDP2
+    `fsdp_pre_all_gather` casts the fp32 shard to float8 and all-gathers those bytes (the scale travels as metadata,
+    not gathered); `fsdp_post_all_gather` wraps the gathered bytes as the unsharded `Float8TrainingTensor` (no 16-bit
+    copy), which the linear's forward and backward GEMMs use as cast (torchao/float8/fsdp_utils.py). The scales come
+    from torchtitan's `precompute_float8_dynamic_scale_for_fsdp` after the optimizer step (one amax pass and one
+    all-reduce a step). Valid with torchtitan's FSDP and per-tensor FP8 only (`specs.validate.float8_gather_problems`).
+    """
     expandable_segments: bool = False
     """PyTorch's caching allocator with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`: each stream's blocks live
     in one segment of virtual memory that grows by mapping pages, so a freed block merges with its free neighbours
@@ -311,6 +325,14 @@ class TrainingSpec:
     def param_gather_bytes(self) -> int:
         """Bytes per parameter element that sharded data parallelism all-gathers (the compute copy)."""
         return 4 if self.precision == "fp32" else 2
+
+    def fsdp_gather_bytes(self, params: float, float8_params: float) -> float:
+        """Bytes sharded data parallelism all-gathers for `params` parameters, `float8_params` of them the weights of
+        float8 linears: those in `FLOAT8_GATHER_BYTES` under `fsdp_float8_all_gather`, the rest (norms, embedding,
+        LM head, experts' grouped weights: no `Float8Linear`) in `param_gather_bytes`."""
+        if not self.fsdp_float8_all_gather:
+            return self.param_gather_bytes * params
+        return self.param_gather_bytes * (params - float8_params) + FLOAT8_GATHER_BYTES * float8_params
 
     @property
     def shards_params(self) -> bool:

@@ -51,6 +51,24 @@ def optimizer_dtype_problems(train: TrainingSpec) -> list[str]:
     return p
 
 
+def float8_gather_problems(train: TrainingSpec) -> list[str]:
+    """`fsdp_float8_all_gather` is torchao's float8 all-gather for torch FSDP2: torchtitan's `fully_shard` (another
+    framework's sharding never calls `fsdp_pre_all_gather`) of per-tensor float8 weights (torchao's
+    `Float8LinearConfig` asserts tensorwise scaling with it, torchtitan refuses it beside a `recipe_name`): fp8_cs,
+    or fp8 (torchao before 0.9 gathered delayed-scaling weights too, `WeightWithDelayedFloat8CastTensor`)."""
+    if not train.fsdp_float8_all_gather:
+        return []
+    p = []
+    if train.framework != "torchtitan" or not train.fsdp:
+        p.append("fsdp_float8_all_gather needs torchtitan's FSDP (torch FSDP2 all-gathers torchao's float8 weights)")
+    if train.precision not in ("fp8", "fp8_cs"):
+        p.append(
+            f"fsdp_float8_all_gather needs per-tensor FP8, precision fp8_cs or fp8 (torchao's tensorwise float8; "
+            f"got {train.precision})"
+        )
+    return p
+
+
 def setting_problems(train: TrainingSpec) -> list[str]:
     """Named settings that must be one of a known set (whatever the layout): one line per unknown value."""
     p: list[str] = []
@@ -62,6 +80,7 @@ def setting_problems(train: TrainingSpec) -> list[str]:
     if train.framework not in FRAMEWORKS:
         p.append(f"unknown framework '{train.framework}': choose one of {', '.join(FRAMEWORKS)}")
     p += optimizer_dtype_problems(train)
+    p += float8_gather_problems(train)
     if train.moe_token_dispatcher_type not in DISPATCHERS:
         p.append(
             f"unknown MoE token dispatcher '{train.moe_token_dispatcher_type}': choose one of {', '.join(DISPATCHERS)}"

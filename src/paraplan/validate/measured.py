@@ -304,6 +304,22 @@ def _stated_attention_backend(row: dict[str, str]) -> str | None:
     return "unfused" if flag.group(1).lower() in ("unfused", "local") else "flash"
 
 
+_STATED_TECHNIQUE = re.compile(r"\btechnique '([^']*)'")
+COMPILE_IS_KERNEL_FUSION = frozenset({"torchtitan"})
+"""Frameworks whose one kernel fusion is torch.compile (torchtitan: `training.compile` / `compile.enable` is
+`TrainingSpec.kernel_fusion`, `formats.torchtitan._compiled`); Megatron's fusions are its own kernels."""
+
+
+def _stated_compile(row: dict[str, str], framework: str) -> bool | None:
+    """Whether the techniques a row's notes list (`technique '<a> + <b>'`, a benchmark table's column) include
+    torch.compile, for a framework whose kernel fusion is torch.compile; None when the notes list none. A listed
+    technique without it is an eager run (torchtitan's `training.compile` is off by default, config_manager.py)."""
+    stated = _STATED_TECHNIQUE.search(row.get("notes") or "")
+    if stated is None or framework not in COMPILE_IS_KERNEL_FUSION:
+        return None
+    return "torch.compile" in stated.group(1)
+
+
 def _megatron_fsdp(row: dict[str, str]) -> bool:
     """Whether the row's FSDP flavour is Megatron-LM's own (`megatron_fsdp`), not DeepSpeed's ZeRO-3."""
     return "megatron_fsdp" in (row.get("fsdp") or "").strip().lower()
@@ -420,6 +436,9 @@ def run_from_row(row: dict[str, str], framework_version: date | None = None) -> 
         values["attention_backend"] = backend
     if stated["recompute_granularity"]:
         values["recompute_granularity"] = stated["recompute_granularity"]
+    compiled = _stated_compile(row, framework)
+    if compiled is not None:
+        values["kernel_fusion"] = compiled
     if stated["zero_stage"]:
         zero = _int(row, "zero") or 0
         values["zero_stage"] = zero
