@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 aten = torch.ops.aten
@@ -76,6 +77,9 @@ def _custom_policy(meta: dict):
         return CheckpointPolicy.MUST_SAVE if to_save else CheckpointPolicy.PREFER_RECOMPUTE
 
     return policy
+
+
+RECOMPUTE = "block_recompute"  # the profiler range of an eager checkpoint's recompute (`Block.forward`)
 
 
 def _sac_context():
@@ -139,6 +143,19 @@ class Block(nn.Module):
         return self.wo(out.transpose(1, 2).contiguous().view(bs, seq, -1))
 
     def forward(self, x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
+        if torch._C._current_graph_task_id() == -1:
+            return self._forward(x, freqs_cis)
+        # inside a backward: the checkpoint's recompute, marked for the profiler outside SAC's dispatch modes (which
+        # would take the marker for an op of the block); it ends in an exception at its last saved tensor
+        with _disable_current_modes():
+            mark = torch.profiler.record_function(RECOMPUTE).__enter__()
+        try:
+            return self._forward(x, freqs_cis)
+        finally:
+            with _disable_current_modes():
+                mark.__exit__(None, None, None)
+
+    def _forward(self, x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), freqs_cis)
         n = self.ffn_norm(h)
         return h + self.w2(F.silu(self.w1(n)) * self.w3(n))
@@ -155,10 +172,27 @@ def wrap(block: Block, ac: str, compiled: bool):
     return torch.compile(fn, fullgraph=True, dynamic=False) if compiled else fn
 
 
-def _memory_events(prof) -> list[int]:
-    """The allocator's byte deltas (allocations positive, frees negative) in time order."""
+def _memory_events(prof, until_ns: int | None = None) -> list[int]:
+    """The allocator's byte deltas (allocations positive, frees negative) in time order, up to `until_ns`."""
     events = prof.profiler.kineto_results.events()
-    return [b for _, b in sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")]
+    timed = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    return [b for t, b in timed if until_ns is None or t <= until_ns]
+
+
+def _recompute_held(prof) -> int:
+    """Bytes the backward holds above its start when the eager checkpoint's recompute of the block has stopped (its
+    `RECOMPUTE` range) and its unwinding has freed what it held (the frees before the backward's next allocation):
+    0 without a recompute."""
+    ends = [e.end_ns() for e in prof.profiler.kineto_results.events() if e.name() == RECOMPUTE]
+    if not ends:
+        return 0
+    deltas = _memory_events(prof)
+    held = sum(_memory_events(prof, max(ends)))
+    for delta in deltas[len(_memory_events(prof, max(ends))) :]:
+        if delta > 0:
+            break
+        held += delta
+    return held
 
 
 def measure(hidden: int, seq: int, batch: int, ac: str, compiled: bool) -> dict:
@@ -186,11 +220,13 @@ def measure(hidden: int, seq: int, batch: int, ac: str, compiled: bool) -> dict:
     for delta in _memory_events(bwd):
         level += delta
         peak = max(peak, level)
+    recompute = _recompute_held(bwd)
     unit = batch * seq * hidden
     return {
         "hidden": hidden, "seq": seq, "batch": batch, "ac": ac, "compiled": compiled,
         "saved_bytes": saved, "saved_per_token_hidden": saved / unit,
         "backward_peak_bytes": peak, "backward_peak_per_token_hidden": peak / unit,
+        "recompute_bytes": recompute, "recompute_per_token_hidden": recompute / unit,
         "saved_tensors": listed,
     }  # fmt: skip
 
@@ -200,20 +236,22 @@ def main() -> None:
     parser.add_argument("--shapes", default="512x2048,1024x1024,512x4096", help="hidden x seq, comma-separated")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--ac", default="op,none,full")
+    parser.add_argument("--compiled", default="no,yes", help="eager (no), compiled (yes) or both")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = []
     for shape in args.shapes.split(","):
         hidden, seq = (int(v) for v in shape.split("x"))
         for ac in args.ac.split(","):
-            for compiled in (False, True):
+            for compiled in (c == "yes" for c in args.compiled.split(",")):
                 torch._dynamo.reset()
                 r = measure(hidden, seq, args.batch, ac, compiled)
                 rows.append(r)
                 print(
                     f"h={hidden:5d} s={seq:4d} ac={ac:4s} {'compiled' if compiled else 'eager   '} "
                     f"saved {r['saved_per_token_hidden']:6.3f} B/(token*h)  "
-                    f"bwd peak {r['backward_peak_per_token_hidden']:6.3f} B/(token*h)",
+                    f"bwd peak {r['backward_peak_per_token_hidden']:6.3f} B/(token*h)  "
+                    f"recompute {r['recompute_per_token_hidden']:6.3f} B/(token*h)",
                     flush=True,
                 )
                 if r["saved_tensors"]:
