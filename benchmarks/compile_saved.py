@@ -10,11 +10,14 @@ output but each second one, counted per block, SDPA's outputs, reduce_scatter, a
 torch.compile wraps the checkpointed block, as torchtitan's `apply_compile` does (one compile per block).
 
 Measured: the bytes a forward leaves allocated besides its output (what the block keeps for backward, the
-block input excluded: it is the previous block's output), and the backward's peak above what it starts with
-(the transient), both from the CPU allocator's events (torch.profiler profile_memory), in bytes per token x hidden.
-The compiled block's saved tensors are listed from its backward node (AOTAutograd's `ctx.save_for_backward`).
+block input excluded: it is the previous block's output), the backward's peak above what it starts with
+(the transient), and, eager under checkpointing, what the backward holds above its start once the checkpoint's
+recompute of the block has stopped (`Block.forward` marks it for the profiler), all from the CPU allocator's events
+(torch.profiler profile_memory), in bytes per token x hidden. The compiled block's saved tensors are listed from its
+backward node (AOTAutograd's `ctx.save_for_backward`).
 
-    python benchmarks/compile_saved.py [--shapes 512x2048,1024x1024,512x4096] [--ac op,none,full] [--json out.json]
+    python benchmarks/compile_saved.py [--shapes 512x2048,1024x1024,512x4096] [--ac op,none,full]
+                                       [--compiled no,yes] [--json out.json]
 
 Measured (torch 2.13.0+cpu, inductor C++ backend, batch 2; bytes per token x hidden, the block input excluded; the
 same at every shape, so they scale with tokens x hidden):
@@ -34,8 +37,20 @@ Without AC the 1024-wide block (8 heads, 2 KV heads) saves 3 more than the 512-w
 and compiled: repeat_kv copies K and V to all heads for SDPA (a view with one KV head); paraplan's graph keeps them
 at KV width. Under per-op SAC they are recomputed: the same 13.53 / 11.53 at both.
 The backward peak is above what the backward starts with; eager SAC reruns the block's forward at its first
-unpack and holds every autograd-saved tensor of it (the no-AC eager set less the policy's outputs), the compiled
-backward recomputes fused, nearer each use.
+unpack and holds every autograd-saved tensor of it, the compiled backward recomputes fused, nearer each use.
+
+Eager recompute (held when it stops; h=512 at seq 2048 and 4096, one KV head; h=1024, two KV heads):
+
+    AC          h=512    h=1024
+    per-op SAC  37.516   40.508    = no-AC eager set + w2's output (2.00) - the policy's outputs (13.53)
+    full        49.047   52.039    = no-AC eager set
+
+torch/utils/checkpoint.py: `_checkpoint_hook.unpack_hook` reruns the block; `_recomputation_hook.pack_hook` keeps
+every tensor the forward's autograd saves until its own unpack and stops the rerun at the forward's count of saved
+tensors (`_StopRecomputationError`): at w2's input, saved before its mm runs, so w2's output, the policy's last,
+stays in `_CachedTorchDispatchMode`'s storage; the other policy outputs are taken by the rerun (saved again or
+freed). paraplan: `memory.activations.op_policy_recompute_bytes`, from the ops' eager saved bytes (`Op.
+eager_saved_bytes`: 49.047 at h=512); the 3.0 more at h=1024 are repeat_kv's K and V copies, not in the graph.
 """
 
 from __future__ import annotations

@@ -589,8 +589,7 @@ def _mlp_body(
         *(_split_grad(f"{prefix}_up_split", shard, tokens * up_width, count, tags) if model.gated_mlp else []),
         *_activation_clamp(prefix, model, shard, tokens * up_width * count, tags),
         _elementwise(
-            shard, f"{prefix}_act", act_moved, saved=act_in, flops=4 * tokens * up_width * count, tags=act_tags,
-            eager_saved=eager_saved,
+            shard, f"{prefix}_act", act_moved, act_in, 4 * tokens * up_width * count, act_tags, eager_saved=eager_saved
         ),
         _gemm(f"{prefix}_down", tokens, h, ffn_local, shard, count=count, tags=tags, saved_input=act_out_elems),
     ]

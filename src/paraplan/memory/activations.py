@@ -165,9 +165,9 @@ def op_policy_recompute_bytes(
     all the eager ops save (`Op.eager_saved_bytes`, else `saved_bytes`), plus those outputs, less the kept outputs
     held before (the block input stays where it was, in the checkpoint's inputs). Measured on a scaled Llama-3
     block (`benchmarks/compile_saved.py`): 37.52 B per token x hidden with one KV head, the rule's figure."""
+    kept = _op_policy_kept(forward, act_bytes, compiled)
     if compiled:
-        return sum(op.saved_bytes for op in forward) - op_policy_saved_bytes(forward, layer_input_bytes, act_bytes, True)
-    kept = _op_policy_kept(forward, act_bytes, False)
+        return sum(op.saved_bytes for op in forward) - layer_input_bytes - sum(kept)
     eager = [op.saved_bytes if op.eager_saved_bytes is None else op.eager_saved_bytes for op in forward]
     last = max((i for i, nbytes in enumerate(eager) if nbytes), default=len(forward))  # the last op that saves
     return sum(eager) + sum(kept[last:]) - sum(kept)
