@@ -10,11 +10,14 @@ output but each second one, counted per block, SDPA's outputs, reduce_scatter, a
 torch.compile wraps the checkpointed block, as torchtitan's `apply_compile` does (one compile per block).
 
 Measured: the bytes a forward leaves allocated besides its output (what the block keeps for backward, the
-block input excluded: it is the previous block's output), and the backward's peak above what it starts with
-(the transient), both from the CPU allocator's events (torch.profiler profile_memory), in bytes per token x hidden.
-The compiled block's saved tensors are listed from its backward node (AOTAutograd's `ctx.save_for_backward`).
+block input excluded: it is the previous block's output), the backward's peak above what it starts with
+(the transient), and, eager under checkpointing, what the backward holds above its start once the checkpoint's
+recompute of the block has stopped (`Block.forward` marks it for the profiler), all from the CPU allocator's events
+(torch.profiler profile_memory), in bytes per token x hidden. The compiled block's saved tensors are listed from its
+backward node (AOTAutograd's `ctx.save_for_backward`).
 
-    python benchmarks/compile_saved.py [--shapes 512x2048,1024x1024,512x4096] [--ac op,none,full] [--json out.json]
+    python benchmarks/compile_saved.py [--shapes 512x2048,1024x1024,512x4096] [--ac op,none,full]
+                                       [--compiled no,yes] [--json out.json]
 
 Measured (torch 2.13.0+cpu, inductor C++ backend, batch 2; bytes per token x hidden, the block input excluded; the
 same at every shape, so they scale with tokens x hidden):
@@ -34,8 +37,20 @@ Without AC the 1024-wide block (8 heads, 2 KV heads) saves 3 more than the 512-w
 and compiled: repeat_kv copies K and V to all heads for SDPA (a view with one KV head); paraplan's graph keeps them
 at KV width. Under per-op SAC they are recomputed: the same 13.53 / 11.53 at both.
 The backward peak is above what the backward starts with; eager SAC reruns the block's forward at its first
-unpack and holds every autograd-saved tensor of it (the no-AC eager set less the policy's outputs), the compiled
-backward recomputes fused, nearer each use.
+unpack and holds every autograd-saved tensor of it, the compiled backward recomputes fused, nearer each use.
+
+Eager recompute (held when it stops; h=512 at seq 2048 and 4096, one KV head; h=1024, two KV heads):
+
+    AC          h=512    h=1024
+    per-op SAC  37.516   40.508    = no-AC eager set + w2's output (2.00) - the policy's outputs (13.53)
+    full        49.047   52.039    = no-AC eager set
+
+torch/utils/checkpoint.py: `_checkpoint_hook.unpack_hook` reruns the block; `_recomputation_hook.pack_hook` keeps
+every tensor the forward's autograd saves until its own unpack and stops the rerun at the forward's count of saved
+tensors (`_StopRecomputationError`): at w2's input, saved before its mm runs, so w2's output, the policy's last,
+stays in `_CachedTorchDispatchMode`'s storage; the other policy outputs are taken by the rerun (saved again or
+freed). paraplan: `memory.activations.op_policy_recompute_bytes`, from the ops' eager saved bytes (`Op.
+eager_saved_bytes`: 49.047 at h=512); the 3.0 more at h=1024 are repeat_kv's K and V copies, not in the graph.
 """
 
 from __future__ import annotations
@@ -49,6 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 aten = torch.ops.aten
@@ -76,6 +92,9 @@ def _custom_policy(meta: dict):
         return CheckpointPolicy.MUST_SAVE if to_save else CheckpointPolicy.PREFER_RECOMPUTE
 
     return policy
+
+
+RECOMPUTE = "block_recompute"  # the profiler range of an eager checkpoint's recompute (`Block.forward`)
 
 
 def _sac_context():
@@ -139,6 +158,19 @@ class Block(nn.Module):
         return self.wo(out.transpose(1, 2).contiguous().view(bs, seq, -1))
 
     def forward(self, x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
+        if torch._C._current_graph_task_id() == -1:
+            return self._forward(x, freqs_cis)
+        # inside a backward: the checkpoint's recompute, marked for the profiler outside SAC's dispatch modes (which
+        # would take the marker for an op of the block); it ends in an exception at its last saved tensor
+        with _disable_current_modes():
+            mark = torch.profiler.record_function(RECOMPUTE).__enter__()
+        try:
+            return self._forward(x, freqs_cis)
+        finally:
+            with _disable_current_modes():
+                mark.__exit__(None, None, None)
+
+    def _forward(self, x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), freqs_cis)
         n = self.ffn_norm(h)
         return h + self.w2(F.silu(self.w1(n)) * self.w3(n))
@@ -155,10 +187,27 @@ def wrap(block: Block, ac: str, compiled: bool):
     return torch.compile(fn, fullgraph=True, dynamic=False) if compiled else fn
 
 
-def _memory_events(prof) -> list[int]:
-    """The allocator's byte deltas (allocations positive, frees negative) in time order."""
+def _memory_events(prof, until_ns: int | None = None) -> list[int]:
+    """The allocator's byte deltas (allocations positive, frees negative) in time order, up to `until_ns`."""
     events = prof.profiler.kineto_results.events()
-    return [b for _, b in sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")]
+    timed = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    return [b for t, b in timed if until_ns is None or t <= until_ns]
+
+
+def _recompute_held(prof) -> int:
+    """Bytes the backward holds above its start when the eager checkpoint's recompute of the block has stopped (its
+    `RECOMPUTE` range) and its unwinding has freed what it held (the frees before the backward's next allocation):
+    0 without a recompute."""
+    ends = [e.end_ns() for e in prof.profiler.kineto_results.events() if e.name() == RECOMPUTE]
+    if not ends:
+        return 0
+    deltas = _memory_events(prof)
+    held = sum(_memory_events(prof, max(ends)))
+    for delta in deltas[len(_memory_events(prof, max(ends))) :]:
+        if delta > 0:
+            break
+        held += delta
+    return held
 
 
 def measure(hidden: int, seq: int, batch: int, ac: str, compiled: bool) -> dict:
@@ -186,11 +235,13 @@ def measure(hidden: int, seq: int, batch: int, ac: str, compiled: bool) -> dict:
     for delta in _memory_events(bwd):
         level += delta
         peak = max(peak, level)
+    recompute = _recompute_held(bwd)
     unit = batch * seq * hidden
     return {
         "hidden": hidden, "seq": seq, "batch": batch, "ac": ac, "compiled": compiled,
         "saved_bytes": saved, "saved_per_token_hidden": saved / unit,
         "backward_peak_bytes": peak, "backward_peak_per_token_hidden": peak / unit,
+        "recompute_bytes": recompute, "recompute_per_token_hidden": recompute / unit,
         "saved_tensors": listed,
     }  # fmt: skip
 
@@ -200,20 +251,22 @@ def main() -> None:
     parser.add_argument("--shapes", default="512x2048,1024x1024,512x4096", help="hidden x seq, comma-separated")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--ac", default="op,none,full")
+    parser.add_argument("--compiled", default="no,yes", help="eager (no), compiled (yes) or both")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = []
     for shape in args.shapes.split(","):
         hidden, seq = (int(v) for v in shape.split("x"))
         for ac in args.ac.split(","):
-            for compiled in (False, True):
+            for compiled in (c == "yes" for c in args.compiled.split(",")):
                 torch._dynamo.reset()
                 r = measure(hidden, seq, args.batch, ac, compiled)
                 rows.append(r)
                 print(
                     f"h={hidden:5d} s={seq:4d} ac={ac:4s} {'compiled' if compiled else 'eager   '} "
                     f"saved {r['saved_per_token_hidden']:6.3f} B/(token*h)  "
-                    f"bwd peak {r['backward_peak_per_token_hidden']:6.3f} B/(token*h)",
+                    f"bwd peak {r['backward_peak_per_token_hidden']:6.3f} B/(token*h)  "
+                    f"recompute {r['recompute_per_token_hidden']:6.3f} B/(token*h)",
                     flush=True,
                 )
                 if r["saved_tensors"]:

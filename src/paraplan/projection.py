@@ -384,8 +384,8 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
                 max_full_saved = max(max_full_saved, memory.full_saved_bytes)
                 run_heads += count if mode == "full" else 0
                 run_inner += count if mode == FULL_INNER else 0
-            elif mode == "op":  # per-op SAC: the dropped outputs, recomputed, live during the layer's backward
-                max_full_saved = max(max_full_saved, memory.full_saved_bytes - memory.saved_bytes)
+            elif mode == "op":  # per-op SAC: what its recompute holds during the layer's backward
+                max_full_saved = max(max_full_saved, memory.op_recompute_bytes)
         loss_logits = max(loss_logits, memory.loss_logits)  # the vocab-parallel logits (`memory.loss`)
     if run_inner:  # a uniform run is recomputed whole before its backward: all its layers' activations at once
         max_full_saved *= -(-(run_heads + run_inner) // max(1, run_heads))

@@ -213,6 +213,7 @@ def _elementwise(
     tags=frozenset(),
     host_ops: int = 1,
     backward_bytes: float | None = None,
+    eager_saved: float | None = None,
 ) -> Op:
     return Op(
         name=name,
@@ -225,6 +226,7 @@ def _elementwise(
         tags=tags,
         host_ops=host_ops,
         backward_bytes=backward_bytes,
+        eager_saved_bytes=eager_saved,
     )
 
 
@@ -268,12 +270,19 @@ def _tp_exit(name: str, shard: Shard, width: int) -> list[Op]:
 
 
 def _norm(name: str, model: ModelSpec, shard: Shard) -> Op:
-    """LayerNorm (one kernel fused or eager) or RMSNorm (several passes in eager PyTorch, `graph.kernels`)."""
+    """LayerNorm (one kernel fused or eager) or RMSNorm (several passes in eager PyTorch, `graph.kernels`).
+    A fused norm keeps its input; eager RMSNorm (torchtitan@9dec370 norms.py, as torch's composite `rms_norm`:
+    `x.float()`, `pow`, `mean`, `rsqrt`, `mul`, `type_as`, `* weight`) keeps the fp32 copy of its input (`pow`,
+    `mul`), the fp32 reciprocal RMS per row (`rsqrt`, `mul`) and the normalised 16-bit tensor (`* weight`)."""
     elems = shard.tokens * model.hidden_size / shard.sp_div
     eager_rms = model.norm == "rmsnorm" and not shard.fused
     moved = (passes("rmsnorm", shard.fused) if model.norm == "rmsnorm" else 2) * shard.act_bytes * elems
     tags = EAGER_TAG | {"rmsnorm"} if eager_rms else frozenset()
-    return _elementwise(shard, name, bytes_moved=moved, saved=shard.act_bytes * elems, flops=5 * elems, tags=tags)
+    eager = (FP32_ACT_BYTES + shard.act_bytes) * elems + FP32_ACT_BYTES * elems / model.hidden_size
+    return _elementwise(
+        shard, name, bytes_moved=moved, saved=shard.act_bytes * elems, flops=5 * elems, tags=tags,
+        eager_saved=eager if eager_rms else None,
+    )  # fmt: skip
 
 
 def _rotary(shard: Shard, elems: float, fused: bool = True) -> Op:
@@ -570,15 +579,17 @@ def _mlp_body(
     act_out = shard.act_bytes * act_out_elems
     act_moved = act_in + act_out  # one pass over the input(s), one over the output
     act_tags = tags
-    if model.gated_mlp and not shard.fused:  # eager SwiGLU: silu(gate), then * up
+    eager_saved = None
+    if model.gated_mlp and not shard.fused:  # eager SwiGLU: silu(gate), then * up, which keeps silu's output too
         act_moved = passes("swiglu", False) * shard.act_bytes * tokens * ffn_local * count
         act_tags = tags | EAGER_TAG | {"swiglu"}
+        eager_saved = act_in + act_out
     return [
         _gemm(f"{prefix}_up", tokens, up_width, h, shard, count=count, tags=tags, saved_input=up_input),
         *(_split_grad(f"{prefix}_up_split", shard, tokens * up_width, count, tags) if model.gated_mlp else []),
         *_activation_clamp(prefix, model, shard, tokens * up_width * count, tags),
         _elementwise(
-            shard, f"{prefix}_act", act_moved, saved=act_in, flops=4 * tokens * up_width * count, tags=act_tags
+            shard, f"{prefix}_act", act_moved, act_in, 4 * tokens * up_width * count, act_tags, eager_saved=eager_saved
         ),
         _gemm(f"{prefix}_down", tokens, h, ffn_local, shard, count=count, tags=tags, saved_input=act_out_elems),
     ]

@@ -120,3 +120,8 @@ class Op:
     expert: bool = False
     """A routed expert's op: its weights are expert parameters (sharded over EP, replicated over expert DP), set
     by the builder (`graph.layers.moe_ops`) so that no consumer guesses from the name."""
+    eager_saved_bytes: float | None = None
+    """What torch autograd keeps for this op run as eager PyTorch's separate kernels where that is not
+    `saved_bytes` (the fused kernel's): the decomposed RMSNorm and SwiGLU keep their intermediates
+    (`graph.layers._norm`, `_mlp_body`). None: the same. Read by the eager per-op SAC recompute only
+    (`memory.activations.op_policy_recompute_bytes`)."""

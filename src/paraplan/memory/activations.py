@@ -104,6 +104,27 @@ def _feeds_residual_only(forward: Sequence[Op], index: int) -> bool:
     return False
 
 
+def _op_policy_kept(forward: Sequence[Op], act_bytes: float, compiled: bool) -> list[float]:
+    """The bytes of each op's outputs that torchtitan's per-op policy keeps (`op_policy_saved_bytes`), by op."""
+    kept = []
+    mm_count = 0
+    for i, op in enumerate(forward):
+        unread = compiled and _feeds_residual_only(forward, i)
+        nbytes = 0.0
+        if op.kind is OpKind.GEMM and op.gemm is not None and not is_weightless_gemm(op):
+            for width in _mm_widths(op, forward):
+                mm_count += 1
+                if mm_count % 2 and not unread:
+                    nbytes += act_bytes * op.gemm.m * width * op.gemm.count
+        elif op.attention is not None:
+            a = op.attention
+            nbytes = act_bytes * a.batch * a.seq_q * a.heads * a.head_dim_v + op.saved_bytes  # output, log-sum-exp
+        elif op.comm is not None and op.comm.kind is CommKind.REDUCE_SCATTER and not unread:
+            nbytes = op.comm.bytes / op.comm.group_size
+        kept.append(nbytes)
+    return kept
+
+
 def op_policy_saved_bytes(
     forward: Sequence[Op], layer_input_bytes: float, act_bytes: float, compiled: bool = False
 ) -> float:
@@ -121,21 +142,35 @@ def op_policy_saved_bytes(
     `ban_recomputation_if_allowed`, PREFER_RECOMPUTE ones `must_recompute`), so a listed output no backward op
     reads is not saved: the output projection's and its reduce-scatter's, which only go into the residual add
     (`_feeds_residual_only`). Measured on a scaled Llama-3 block: `benchmarks/compile_saved.py`."""
-    kept = layer_input_bytes
-    mm_count = 0
-    for i, op in enumerate(forward):
-        unread = compiled and _feeds_residual_only(forward, i)
-        if op.kind is OpKind.GEMM and op.gemm is not None and not is_weightless_gemm(op):
-            for width in _mm_widths(op, forward):
-                mm_count += 1
-                if mm_count % 2 and not unread:
-                    kept += act_bytes * op.gemm.m * width * op.gemm.count
-        elif op.attention is not None:
-            a = op.attention
-            kept += act_bytes * a.batch * a.seq_q * a.heads * a.head_dim_v + op.saved_bytes  # output, log-sum-exp
-        elif op.comm is not None and op.comm.kind is CommKind.REDUCE_SCATTER and not unread:
-            kept += op.comm.bytes / op.comm.group_size
-    return kept
+    return layer_input_bytes + sum(_op_policy_kept(forward, act_bytes, compiled))
+
+
+def op_policy_recompute_bytes(
+    forward: Sequence[Op], layer_input_bytes: float, act_bytes: float, compiled: bool = False
+) -> float:
+    """The working set of a per-op SAC block's recompute in its backward, beyond what it keeps
+    (`op_policy_saved_bytes`).
+
+    Compiled: what the partitioner dropped, recomputed in the block's backward graph: the no-recompute set less
+    the kept one.
+
+    Eager (torch/utils/checkpoint.py, non-reentrant `_checkpoint_without_reentrant_generator`): the first unpack in
+    the block's backward (`_checkpoint_hook.unpack_hook`) reruns its whole forward, whose `_recomputation_hook`
+    `pack_hook` puts every tensor the forward's autograd saves in `_CheckpointFrame.recomputed`, each held until its
+    own unpack; `_CachedTorchDispatchMode` hands the kept outputs to the rerun, where they become saved tensors or are
+    freed. The rerun stops once it has saved as many tensors as the forward did (early stop,
+    `_StopRecomputationError`): at the last op that saves, the output projection, whose autograd node saves its
+    input before the mm runs (the dispatch modes sit below autograd), so the kept outputs from that op on (its own
+    and its reduce-scatter's) are never taken and stay in the cache. The working set:
+    all the eager ops save (`Op.eager_saved_bytes`, else `saved_bytes`), plus those outputs, less the kept outputs
+    held before (the block input stays where it was, in the checkpoint's inputs). Measured on a scaled Llama-3
+    block (`benchmarks/compile_saved.py`): 37.52 B per token x hidden with one KV head, the rule's figure."""
+    kept = _op_policy_kept(forward, act_bytes, compiled)
+    if compiled:
+        return sum(op.saved_bytes for op in forward) - layer_input_bytes - sum(kept)
+    eager = [op.saved_bytes if op.eager_saved_bytes is None else op.eager_saved_bytes for op in forward]
+    last = max((i for i, nbytes in enumerate(eager) if nbytes), default=len(forward))  # the last op that saves
+    return sum(eager) + sum(kept[last:]) - sum(kept)
 
 
 # Megatron `--recompute-modules`, by the operators each module stands for (megatron-core 0.16

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from paraplan.graph.backward import is_weightless_gemm
 from paraplan.graph.ops import Op, OpKind
-from paraplan.memory.activations import saved_bytes
+from paraplan.memory.activations import op_policy_recompute_bytes, saved_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,9 @@ class BlockMemory:
     `memory.loss`)."""
     backward_transient_bytes: float = 0.0
     """The gradients live at once in its backward beyond the saved tensors (`backward_transient_bytes`)."""
+    op_recompute_bytes: float = 0.0
+    """Under torchtitan's per-op SAC ("op"), the working set while it recomputes beyond `saved_bytes`
+    (`memory.activations.op_policy_recompute_bytes`); 0 under the other modes."""
 
 
 def weight_params(op: Op) -> int:
@@ -76,4 +79,7 @@ def block_memory(
         full_saved_bytes=sum(op.saved_bytes for op in forward),
         loss_logits=max(losses, default=0.0),
         backward_transient_bytes=backward_transient_bytes(forward, act_bytes),
+        op_recompute_bytes=(
+            op_policy_recompute_bytes(forward, layer_input_bytes, act_bytes, compiled) if recompute == "op" else 0.0
+        ),
     )
