@@ -6,6 +6,8 @@ remakes only the column-wise copies; MXFP8 (16-bit gather through the grad buffe
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from paraplan.cost.calibration import calibration_for
@@ -18,6 +20,8 @@ from paraplan.cost.quantize import (
     weight_quantize_bytes,
     weight_transpose_bytes,
 )
+from paraplan.formats.chakra import export_chakra
+from paraplan.formats.chakra_pb import read_trace
 from paraplan.graph.ops import CommAxis, CommKind
 from paraplan.projection import (
     _dp_times,
@@ -140,3 +144,15 @@ def test_a_quantized_run_gathers_less_and_casts_in_the_optimizer() -> None:
         assert with_flag.dp_grad_reduce_s == without.dp_grad_reduce_s  # type: ignore[attr-defined]
         assert with_flag.forward_s < without.forward_s  # type: ignore[attr-defined]
         assert with_flag.optimizer_s > without.optimizer_s  # type: ignore[attr-defined]
+
+
+def test_chakra_trace_sizes_the_optimizer_s_param_gather(tmp_path: Path) -> None:
+    system = system_preset("h100-sxm5-80gb", 8)
+    sizes = {}
+    for flag in (False, True):
+        train = check(MODEL, system, _train("fp8_cs", flag, dp=8, gbs=8, seq=1024))
+        out = export_chakra(MODEL, system, train, tmp_path / str(flag), prefix="t", ranks=(0,))
+        nodes = read_trace(out.paths[0])[1]
+        sizes[flag] = sum(n.attr("comm_size") for n in nodes if n.name.startswith("param_gather"))
+    linear = MODEL.num_layers * 218_103_808  # Llama 3.1 8B: a layer's QKV, output and SwiGLU weights, in fp8
+    assert sizes[True] == pytest.approx(sizes[False] - linear)
