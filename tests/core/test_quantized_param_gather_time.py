@@ -156,3 +156,25 @@ def test_chakra_trace_sizes_the_optimizer_s_param_gather(tmp_path: Path) -> None
         sizes[flag] = sum(n.attr("comm_size") for n in nodes if n.name.startswith("param_gather"))
     linear = MODEL.num_layers * 218_103_808  # Llama 3.1 8B: a layer's QKV, output and SwiGLU weights, in fp8
     assert sizes[True] == pytest.approx(sizes[False] - linear)
+
+
+@pytest.mark.parametrize(
+    ("precision", "values", "casts"),
+    [
+        ("fp8", {}, True),
+        ("fp8", {"use_precision_aware_optimizer": True}, False),  # TE FusedAdam writes delayed-scaling FP8 params
+        ("fp8_cs", {"use_precision_aware_optimizer": True}, True),  # fp32 main params: megatron-core casts
+        ("fp8_cs", {"use_precision_aware_optimizer": True, "main_params_dtype": "fp16"}, False),
+    ],
+)
+def test_the_precision_aware_optimizer_may_write_the_weights_itself(
+    precision: str, values: dict[str, object], casts: bool
+) -> None:
+    cal = calibration_for(H100.gpu.name, "megatron-lm")
+    on, off = _train(precision, **values), _train(precision, flag=False, **values)
+    groups = group_placements(on, H100)
+    q = (1e9, 0.0)
+    added = _optimizer_time(2e9, 0.0, on, 16, H100, cal, 0.0, q, groups) - _optimizer_time(
+        2e9, 0.0, off, 16, H100, cal, 0.0, q, groups
+    )
+    assert (added > 0.0) is casts

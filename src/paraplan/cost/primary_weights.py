@@ -26,6 +26,17 @@ from paraplan.specs.system import SystemSpec
 from paraplan.specs.training import TrainingSpec
 
 
+def optimizer_writes_quantized_weights(train: TrainingSpec) -> bool:
+    """Whether the precision-aware optimizer writes the quantised weights itself, so the distributed optimizer casts
+    nothing (megatron-core 0.16 optimizer_config.py `use_precision_aware_optimizer_no_fp8_or_ds_fp8`: main params
+    not fp32, delayed scaling, or CPU offload; distrib_optimizer.py `_copy_main_params_to_model_params` then returns
+    first, and TE's FusedAdam writes FP8 params in its update kernel, `multi_tensor_adam_fp8`: the bytes of the step,
+    `cost.offload.adam_bytes_per_param`)."""
+    return train.use_precision_aware_optimizer and (
+        train.main_params_dtype != "fp32" or train.precision == "fp8" or train.optimizer_cpu_offload
+    )
+
+
 def quantized_weights_step_s(
     quantized: tuple[float, float],
     train: TrainingSpec,
@@ -38,9 +49,9 @@ def quantized_weights_step_s(
     elements on this GPU): the cast of its shard of them (1/(dp x cp) of the dense ones, 1/edp of the experts', as
     the distributed optimizer shards them) and the amax all-reduce of each sub-optimizer (the dense one's over `groups`
     [0], the experts' over `groups`[1]; megatron-core's ChainedOptimizer steps them in turn). 0 without
-    `gathers_quantized_weights`."""
+    `gathers_quantized_weights`, or where the optimizer writes them (`optimizer_writes_quantized_weights`)."""
     recipe = recipe_of(train.precision)
-    if not train.gathers_quantized_weights or recipe is None:
+    if not train.gathers_quantized_weights or recipe is None or optimizer_writes_quantized_weights(train):
         return 0.0
     dense, expert = quantized
     seconds = primary_weight_cast_s(train.precision, dense / (train.dp * train.cp) + expert / edp, system.gpu, cal)
@@ -51,4 +62,4 @@ def quantized_weights_step_s(
     return seconds
 
 
-__all__ = ["quantized_weights_step_s"]
+__all__ = ["optimizer_writes_quantized_weights", "quantized_weights_step_s"]
