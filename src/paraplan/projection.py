@@ -32,15 +32,11 @@ from paraplan.cost.block import (
 from paraplan.cost.calibration import Calibration, at_scale, calibration_for
 from paraplan.cost.collectives import SourceKey, add_records, collective_sources, record, timed_collective
 from paraplan.cost.comm import GroupPlacement, place_group
-from paraplan.cost.compute import any_layout_fp8, weight_quantize_s
+from paraplan.cost.compute import weight_quantize_s, weight_transposes_s
 from paraplan.cost.fsdp_copies import NO_COPIES, float8_scale_precompute_s, float8_shard_casts_s, fsdp2_copies
 from paraplan.cost.offload import optimizer_step_s
-from paraplan.cost.quantize import (
-    LOW_PRECISIONS,
-    WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS,
-    needs_columnwise_copy,
-    recipe_of,
-)
+from paraplan.cost.primary_weights import quantized_weights_step_s
+from paraplan.cost.quantize import LOW_PRECISIONS, WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS
 from paraplan.graph import kinds as K
 from paraplan.graph import layers as L
 from paraplan.graph.backward import is_weightless_gemm
@@ -155,13 +151,18 @@ def _weight_casts_s(total: _StageSums, train: TrainingSpec, system: SystemSpec, 
     """A micro-batch's share of the stage's weight casts: megatron-core casts once per step and Transformer Engine
     keeps the casts for the step's other micro-batches (`cost.quantize.WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS`);
     other frameworks cast in every forward. Under torchao's float8 all-gather the float8 linears' weights arrive cast
-    (`TrainingSpec.fsdp_float8_all_gather`; `float8_shard_casts_s`): the others' casts remain."""
+    (`TrainingSpec.fsdp_float8_all_gather`; `float8_shard_casts_s`): the others' casts remain. Quantised primary
+    weights gathered by the distributed optimizer (`TrainingSpec.gathers_quantized_weights`) are not cast here (the
+    optimizer casts its shard, `cost.primary_weights`): the first micro-batch remakes their column-wise copies."""
     quantized = total.quantized_weights
     if train.fsdp_float8_all_gather:
         quantized -= total.float8_params
     if quantized <= 0:  # no low-precision GEMM: no cast (`weight_quantize_s` is 0.0, and so its share)
         return 0.0
-    once = weight_quantize_s(train.precision, quantized, system.gpu, cal)
+    if train.gathers_quantized_weights:
+        once = weight_transposes_s(train.precision, quantized, system.gpu, cal)
+    else:
+        once = weight_quantize_s(train.precision, quantized, system.gpu, cal)
     if train.framework in WEIGHT_CAST_ONCE_PER_STEP_FRAMEWORKS:
         return once / train.num_microbatches
     return once
@@ -175,10 +176,24 @@ def _float8_weight_transposes_s(
     float8_ops.py) makes the row-major weight column-major (`b_data.t().contiguous().t()`, one byte read and one
     written) where float8 GEMMs are TN only (`cost.quantize.needs_columnwise_copy`: Hopper); the forward GEMM takes
     the transposed weight as it is. Without float8 all-gather that copy is among `_weight_casts_s`' casts."""
-    recipe = recipe_of(train.precision)
-    if float8_params <= 0 or recipe is None or not needs_columnwise_copy(recipe, any_layout_fp8(system.gpu)):
-        return 0.0
-    return 2 * recipe.weight_element_bytes * float8_params / (system.gpu.hbm_bytes_per_s * cal.memory_efficiency)
+    return weight_transposes_s(train.precision, float8_params, system.gpu, cal)
+
+
+def _one_byte_gathered(total: _StageSums, train: TrainingSpec) -> tuple[float, float]:
+    """The stage's (dense, expert) weights the data-parallel all-gather sends in one byte: torchao's float8 linears'
+    under its float8 all-gather (dense only), every quantised primary weight under the distributed optimizer's
+    `gathers_quantized_weights`; (0, 0) otherwise."""
+    if train.gathers_quantized_weights:
+        return total.float8_params, total.quantized_expert_params
+    return (total.float8_params if train.fsdp_float8_all_gather else 0.0), 0.0
+
+
+def _rank_one_byte_gathered(stages: Sequence[_StageSums], train: TrainingSpec) -> tuple[float, float]:
+    """`_one_byte_gathered` of a rank's stages added up, under `gathers_quantized_weights` only ((0, 0) otherwise:
+    torchao's float8 weights have their own sums, `rank_float8_params`)."""
+    if not train.gathers_quantized_weights:
+        return 0.0, 0.0
+    return sum([s.float8_params for s in stages]), sum([s.quantized_expert_params for s in stages])
 
 
 def _fsdp2_copies_s(
@@ -435,6 +450,10 @@ class _StageSums:
     """Weight elements of the stage's low-precision GEMMs, cast for them apart from the ops (`_weight_casts_s`)."""
     float8_params: float = 0.0
     """Of `dense_params`, the float8 linears' weights (`StageFootprint.float8_params`)."""
+    quantized_expert_params: float = 0.0
+    """Of `expert_params`, the weights of low-precision GEMMs (`StageFootprint.quantized_weights` less
+    `float8_params`): with `float8_params`, the quantised primary weights `TrainingSpec.gathers_quantized_weights`
+    gathers in one byte."""
 
 
 @lru_cache(maxsize=4 * _BLOCK_CACHE_SIZE)  # a tuner run meets a few thousand stages; each entry is small
@@ -452,6 +471,7 @@ def _stage_sums(
         dense_params=footprint.dense_params,
         expert_params=footprint.expert_params,
         float8_params=footprint.float8_params,
+        quantized_expert_params=footprint.quantized_weights - footprint.float8_params,
     )
     for kind, mode, count, bf16 in parts:
         if measured and kind in measured:
@@ -592,9 +612,10 @@ def _chunk_cost(
     sources = dict(total.comm_sources) if timer is not None else None
     float8 = total.float8_params if train.fsdp_float8_all_gather else 0.0  # gathered in one byte (0 without)
     if like is None:
+        one_byte = _one_byte_gathered(total, train)
         # `_dp_times` once per distinct read-set; `sources` gets the same additions in the same order (the same floats)
         times, added = _dp_times_memo(
-            total.dense_params, total.expert_params, train, system, cal, groups, units, timer, float8, sources
+            total.dense_params, total.expert_params, train, system, cal, groups, units, timer, *one_byte, sources
         )
         dp_grad, dp_gather, fsdp_gather, fsdp_rs = times
         if float8:  # torchao casts the float8 weights' shards before each all-gather, on FSDP2's copy-in stream
@@ -713,7 +734,10 @@ def stage_costs(
         )
         total = _stage_sums_of(parts, model, shard, ctx, options.measured_blocks)
         chunk, _, dense, expert = _chunk_cost(total, train, system, cal, groups, chunks, timer=options.profile)
-        optimizer_s = _optimizer_time(dense, expert, train, expert_dp(train), system, cal, total.float8_params)
+        optimizer_s = _optimizer_time(
+            dense, expert, train, expert_dp(train), system, cal, total.float8_params,
+            _one_byte_gathered(total, train), groups,
+        )  # fmt: skip
         out.append(
             StageCosts(
                 first_layer=stage.first_layer,
@@ -801,13 +825,18 @@ def project_specs(
         sum([sums[stage_parts[i]].float8_params for i in row]) if train.fsdp_float8_all_gather else 0.0
         for row in holder
     ]
-    optimizer_by_params: dict[tuple[float, float, float], float] = {}  # ranks with the same parameters: timed once
+    rank_quantized = [  # the quantised primary weights the distributed optimizer casts after its step (0, 0 without)
+        _rank_one_byte_gathered([sums[stage_parts[i]] for i in row], train) for row in holder
+    ]
+    optimizer_by_params: dict[tuple[float, float, float, tuple[float, float]], float] = {}  # the same: timed once
     optimizer_s = []
-    for params in zip(rank_dense_params, rank_expert_params, rank_float8_params, strict=True):
+    for params in zip(rank_dense_params, rank_expert_params, rank_float8_params, rank_quantized, strict=True):
         seconds = optimizer_by_params.get(params)
         if seconds is None:
-            dense, expert, float8 = params
-            seconds = optimizer_by_params[params] = _optimizer_time(dense, expert, train, edp, system, cal, float8)
+            dense, expert, float8, quantized = params
+            seconds = optimizer_by_params[params] = _optimizer_time(
+                dense, expert, train, edp, system, cal, float8, quantized, groups
+            )
         optimizer_s.append(seconds)
     pipeline = play_pipeline(
         PipelineCosts(
@@ -956,6 +985,7 @@ DP_TIMES_READS = ReadSet(
         "fsdp_units",
         "timer",
         "float8_params",
+        "quantized_expert_params",
         "sources",
     ),
     reads={
@@ -965,6 +995,7 @@ DP_TIMES_READS = ReadSet(
             "grad_reduce_bytes",
             "param_gather_bytes",
             "fsdp_float8_all_gather",
+            "gathers_quantized_weights",
             "effective_ddp_bucket_size",
             "shards_params",
             "shards_optimizer",
@@ -991,6 +1022,7 @@ def _dp_times(
     fsdp_units: int = 1,
     timer: OpTimer | None = None,
     float8_params: float = 0.0,
+    quantized_expert_params: float = 0.0,
     sources: dict[SourceKey, float] | None = None,
 ) -> tuple[float, float, float, float]:
     """(grad reduction once per step, param all-gather once per step, FSDP gather per mb, FSDP RS per mb).
@@ -998,7 +1030,9 @@ def _dp_times(
     FSDP collectives run once per unit (`fsdp_units` per chunk), each over that unit's share. `timer`: the fitted
     profile (its measured collectives); `sources`: where each collective's time is recorded (`cost.collectives`),
     under "dp" per step and "fsdp" per micro-batch (gathers twice: forward and backward). `float8_params`: of
-    `dense_params`, the float8 linears' weights, gathered in one byte under `TrainingSpec.fsdp_float8_all_gather`.
+    `dense_params`, the float8 linears' weights, gathered in one byte under `TrainingSpec.fsdp_float8_all_gather`;
+    with `quantized_expert_params` (of `expert_params`), the quantised primary weights the distributed optimizer
+    gathers in one byte under `TrainingSpec.gathers_quantized_weights` (`_one_byte_gathered`).
 
     ZeRO-2 (partitioned gradients, replicated parameters) reduce-scatters every micro-batch's gradients as its
     backward makes them, per unit like FSDP's, and all-gathers the updated parameters once per step: DeepSpeed's
@@ -1053,8 +1087,13 @@ def _dp_times(
         # gradients reduce in the framework's reduce dtype (torch FSDP `reduce_dtype`, DeepSpeed's fp16 regime)
         return 0.0, 0.0, gather, per_unit(CommKind.REDUCE_SCATTER, grad_bytes)
     if train.shards_optimizer:
-        gather = coll(CommKind.ALL_GATHER, dense_params, param_bytes, dp_group, per_step) + coll(
-            CommKind.ALL_GATHER, expert_params, param_bytes, edp_group, per_step
+        dense_bytes: float = param_bytes
+        expert_bytes: float = param_bytes
+        if train.gathers_quantized_weights:  # megatron-core's fp8 params: a uint8 buffer of their own
+            dense_bytes = train.one_byte_gather_bytes(dense_params, float8_params) / max(dense_params, 1.0)
+            expert_bytes = train.one_byte_gather_bytes(expert_params, quantized_expert_params) / max(expert_params, 1.0)
+        gather = coll(CommKind.ALL_GATHER, dense_params, dense_bytes, dp_group, per_step) + coll(
+            CommKind.ALL_GATHER, expert_params, expert_bytes, edp_group, per_step
         )
         if train.zero_stage == 2:
             return 0.0, gather, 0.0, per_unit(CommKind.REDUCE_SCATTER, grad_bytes)
@@ -1106,10 +1145,14 @@ def _optimizer_time(
     system: SystemSpec,
     cal: Calibration,
     float8_params: float = 0.0,
+    quantized: tuple[float, float] = (0.0, 0.0),
+    groups: Mapping[CommAxis, GroupPlacement] | None = None,
 ) -> float:
     """Fused Adam: memory-bound over the parameters this rank updates (`cost.offload.optimizer_step_s`: the
     precision-aware optimizer's dtypes and CPU offload); under torchao's float8 all-gather, then the scales of the
-    `float8_params` float8 weights (`cost.fsdp_copies.float8_scale_precompute_s`)."""
+    `float8_params` float8 weights (`cost.fsdp_copies.float8_scale_precompute_s`); under the distributed optimizer's
+    quantised primary weights, the cast of the rank's (dense, expert) `quantized` weights' shard and the amax
+    all-reduces over `groups`' data-parallel groups (`cost.primary_weights`)."""
     dp = train.dp * train.cp
     if train.shards_optimizer or train.shards_params:
         params = dense_params / dp + expert_params / edp
@@ -1118,4 +1161,7 @@ def _optimizer_time(
     step = optimizer_step_s(params, train, system.gpu, cal)
     if train.fsdp_float8_all_gather:
         return step + float8_scale_precompute_s(float8_params, train, system.gpu, cal)
+    if train.gathers_quantized_weights and groups is not None:
+        reduce_groups = (groups[CommAxis.DP], place_group(edp, train.etp * train.ep, system.gpus_per_node))
+        return step + quantized_weights_step_s(quantized, train, edp, system, cal, reduce_groups)
     return step

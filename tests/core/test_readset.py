@@ -111,6 +111,7 @@ def _other_values() -> dict[str, tuple[Any, ...]]:
         "fsdp_units": (1, 4),
         "timer": (None, shipped_ref("gh200")),
         "float8_params": (0.0, 5e8),
+        "quantized_expert_params": (0.0, 1e9),
         "sources": (None, {}),
     }
 

@@ -14,8 +14,10 @@ from paraplan.cost.quantize import (
     RECIPES,
     activation_quantize_bytes,
     activation_quantize_kernels,
+    primary_weight_cast_bytes,
     recipe_of,
     weight_quantize_bytes,
+    weight_transpose_bytes,
 )
 from paraplan.graph.backward import is_weightless_gemm
 from paraplan.graph.ops import Op, OpKind, Phase
@@ -80,6 +82,26 @@ def weight_quantize_s(precision: str, weight_elements: float, gpu: GpuSpec, cal:
         return 0.0
     nbytes = weight_quantize_bytes(recipe, weight_elements, any_layout_fp8(gpu))
     return nbytes / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
+
+
+def weight_transposes_s(precision: str, weight_elements: float, gpu: GpuSpec, cal: Calibration) -> float:
+    """The column-wise copies of `weight_elements` quantised weights made from their row-wise data
+    (`cost.quantize.weight_transpose_bytes`); 0 for 16-bit GEMMs and where one copy serves both GEMMs."""
+    recipe = recipe_of(precision)
+    if recipe is None or weight_elements <= 0:
+        return 0.0
+    return weight_transpose_bytes(recipe, weight_elements, any_layout_fp8(gpu)) / (
+        gpu.hbm_bytes_per_s * cal.memory_efficiency
+    )
+
+
+def primary_weight_cast_s(precision: str, shard_elements: float, gpu: GpuSpec, cal: Calibration) -> float:
+    """The distributed optimizer's cast of its `shard_elements` main params into quantised primary weights
+    (`cost.quantize.primary_weight_cast_bytes`); 0 for 16-bit GEMMs."""
+    recipe = recipe_of(precision)
+    if recipe is None or shard_elements <= 0:
+        return 0.0
+    return primary_weight_cast_bytes(recipe, shard_elements) / (gpu.hbm_bytes_per_s * cal.memory_efficiency)
 
 
 def gemm_time_s(op: Op, gpu: GpuSpec, cal: Calibration) -> float:
@@ -277,5 +299,7 @@ __all__ = [
     "any_layout_fp8",
     "compute_time_s",
     "optimizer_time_s",
+    "primary_weight_cast_s",
     "weight_quantize_s",
+    "weight_transposes_s",
 ]

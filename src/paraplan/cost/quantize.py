@@ -150,6 +150,44 @@ def weight_quantize_bytes(recipe: QuantRecipe, elements: float, any_layout_fp8: 
     return elements * (reads * SOURCE_BYTES + copies * recipe.weight_element_bytes)
 
 
+def weight_transpose_bytes(recipe: QuantRecipe, elements: float, any_layout_fp8: bool) -> float:
+    """Bytes moved to make the column-wise copy of a quantised weight of `elements` from its row-wise data where it is
+    a copy of its own (`needs_columnwise_copy`): one transpose, one read and one write (TE `tex.fp8_transpose`,
+    float8_tensor_storage.py `_create_transpose`; float8_blockwise_tensor_storage.py `_create_columnwise` for 2D
+    blocks). 0 where one copy serves both GEMMs."""
+    if not needs_columnwise_copy(recipe, any_layout_fp8):
+        return 0.0
+    return 2 * recipe.weight_element_bytes * elements
+
+
+def primary_weight_cast_bytes(recipe: QuantRecipe, elements: float) -> float:
+    """Bytes moved to cast `elements` of the distributed optimizer's fp32 main shard into quantised primary weights
+    (`TrainingSpec.gathers_quantized_weights`), beyond the 16-bit copy of the step: TE 2.9 tensor/utils.py
+    `cast_master_weights_to_fp8` first casts the master shard to the weight's 16-bit dtype (`master_weight.to(
+    model_weight.dtype)`, the copy the step makes of every parameter, `cost.offload.adam_bytes_per_param`), then reads
+    it for its amax where the scale needs one over the shard (current scaling's `tex.compute_amax`, blockwise's
+    `fp8_block_scaling_compute_partial_amax`; delayed scaling casts with its history's scale), then casts it into the
+    row-wise data alone (the transposes are reset, remade after the all-gather: `weight_transpose_bytes`)."""
+    amax_read = recipe.amax_pass or recipe.block_scaled
+    return elements * ((1 + amax_read) * SOURCE_BYTES + recipe.weight_element_bytes)
+
+
+AMAX_BYTES = 4
+"""One fp32 amax."""
+WEIGHT_BLOCK_ELEMENTS = 128 * 128
+"""Elements of a 2D weight block of Float8 blockwise scaling (one amax and one scale each)."""
+
+
+def primary_weight_amax_bytes(recipe: QuantRecipe, elements: float) -> float:
+    """Bytes of the amax all-reduce (MAX over the data-parallel group) with which `cast_master_weights_to_fp8` makes
+    the scales of `elements` quantised primary weights agree across the ranks that each cast a shard: one fp32 per
+    128x128 block of every weight under blockwise scaling (`packed_amaxes`, sized by the weights' scale shapes);
+    one per weight tensor under per-tensor scaling, a few hundred floats, costed as one message of one (its latency)."""
+    if recipe.block_scaled:
+        return AMAX_BYTES * elements / WEIGHT_BLOCK_ELEMENTS
+    return float(AMAX_BYTES)
+
+
 __all__ = [
     "LOW_PRECISIONS",
     "RECIPES",
@@ -157,7 +195,10 @@ __all__ = [
     "QuantRecipe",
     "activation_quantize_bytes",
     "activation_quantize_kernels",
+    "primary_weight_amax_bytes",
+    "primary_weight_cast_bytes",
     "quantized_weight_bytes",
     "recipe_of",
     "weight_quantize_bytes",
+    "weight_transpose_bytes",
 ]

@@ -343,6 +343,7 @@ def rank_program(
     parts = {v: _stage_parts(model, shard, train, stages[v]) for v, (r, _) in enumerate(order) if r == pp_rank}
     params = {v: _params(ops for _, _, ops in parts[v]) for v in parts}
     gathered = {v: _fsdp_gathered(train, parts[v], params[v]) for v in parts}
+    optimizer_gathered = {v: _optimizer_gathered(train, parts[v], params[v]) for v in parts}
     refetch = {v: _refetch(parts[v], params[v]) for v in parts} if train.refetches_recomputed_params else {}
     p2p_bytes = L.ACT_BYTES * shard.tokens * model.hidden_size / shard.sp_div
     p2p_micros = _micros(costs.collective_s(CommKind.SEND_RECV, p2p_bytes, "pp"))
@@ -389,7 +390,7 @@ def rank_program(
             kind_dp = CommKind.REDUCE_SCATTER if train.shards_optimizer else CommKind.ALL_REDUCE
             overlap = train.overlap_grad_reduce
             dp_ends += program.data_parallel(f"s{v}.grad_reduce", kind_dp, grad_bytes, params[v], chain=not overlap)
-    _optimizer(program, train, system, cal, params, dp_ends)
+    _optimizer(program, train, system, cal, params, dp_ends, optimizer_gathered)
     return program.slots
 
 
@@ -420,10 +421,25 @@ def _fsdp_gathered(train: TrainingSpec, parts, params: tuple[float, float]) -> t
     (`TrainingSpec.fsdp_gather_bytes`); `params` as they are otherwise."""
     if not train.fsdp_float8_all_gather:
         return params
-    float8 = sum(
-        weight_params(op) for _, _, ops in parts for op in ops if op.precision in LOW_PRECISIONS and not op.expert
-    )
+    float8 = _low_precision_params(parts)[0]
     return train.fsdp_gather_bytes(params[0], float8) / train.param_gather_bytes, params[1]
+
+
+def _low_precision_params(parts) -> tuple[float, float]:
+    """(dense, expert) weights of a stage's low-precision GEMMs."""
+    return _params([op for op in ops if op.precision in LOW_PRECISIONS] for _, _, ops in parts)
+
+
+def _optimizer_gathered(train: TrainingSpec, parts, params: tuple[float, float]) -> tuple[float, float]:
+    """A stage's (dense, expert) parameters as the distributed optimizer all-gathers them, counted in
+    `param_gather_bytes` elements: its quantised primary weights in one byte each under
+    `TrainingSpec.gathers_quantized_weights` (`TrainingSpec.one_byte_gather_bytes`); `params` as they are otherwise."""
+    if not train.gathers_quantized_weights:
+        return params
+    one_byte = _low_precision_params(parts)
+    return tuple(  # type: ignore[return-value]
+        train.one_byte_gather_bytes(n, q) / train.param_gather_bytes for n, q in zip(params, one_byte, strict=True)
+    )
 
 
 def _optimizer(
@@ -433,9 +449,10 @@ def _optimizer(
     cal: Calibration,
     params: dict[int, tuple[float, float]],
     dp_ends: list[int],
+    gathered: dict[int, tuple[float, float]],
 ) -> None:
     """Adam over this rank's parameters (its shard of them when sharded), then the parameter all-gather of
-    the distributed optimizer."""
+    the distributed optimizer (`gathered`: each stage's parameters as it gathers them, `_optimizer_gathered`)."""
     dense = sum(d for d, _ in params.values())
     expert = sum(e for _, e in params.values())
     dp_size, edp_size = program.sizes["dp"], program.sizes["edp"]
@@ -450,9 +467,8 @@ def _optimizer(
     node = Node(0, "optimizer_step", NodeType.COMP_NODE, duration_micros=_micros(seconds), attrs=attrs)
     program.add(node, deps=tuple(dp_ends))
     if train.shards_optimizer and not train.shards_params:
-        program.data_parallel(
-            "param_gather", CommKind.ALL_GATHER, train.param_gather_bytes, (dense, expert), chain=True
-        )
+        sent = (sum(d for d, _ in gathered.values()), sum(e for _, e in gathered.values()))
+        program.data_parallel("param_gather", CommKind.ALL_GATHER, train.param_gather_bytes, sent, chain=True)
 
 
 # ----------------------------------------------------------------------------- writing all ranks

@@ -31,6 +31,15 @@ weight beside it, not gathered: `TrainingSpec.fsdp_float8_all_gather`)."""
 """Every precision a projection accepts: also plain fp32 training (fp32 weights, gradients, Adam states and
 activations; CPU reference runs, `paraplan.measure.e2e`). fp32 math is costed on the GpuSpec's `fp16_tflops`
 (`specs.system.PRECISION_PEAK_KEY`): a CPU's spec puts its fp32 matmul rate there."""
+QUANTIZED_GATHER_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise")
+"""The precisions whose quantised primary weights (`TrainingSpec.fp8_param_gather`) megatron-core's distributed
+optimizer all-gathers as they are, `FLOAT8_GATHER_BYTES` an element: their buffer is uint8 (megatron-core 0.16
+distributed_data_parallel.py `_allocate_buffers_for_parameters`, `param_dtype = torch.uint8` for a Float8Tensor or
+Float8BlockwiseQTensor; the scales come from the amax all-reduce of TE 2.9 tensor/utils.py
+`cast_master_weights_to_fp8`, not gathered). Not MXFP8: its params go through the grad buffer in 16 bits and every
+rank quantises them after the gather (param_and_grad_buffer.py, `reuse_grad_buf_for_mxfp8_param_ag`; TE's
+`cast_master_weights_to_fp8` raises for MXFP8). Not NVFP4: TE 2.9's `cast_master_weights_to_fp8` and `replace_raw_data`
+refuse NVFP4 tensors, so the distributed optimizer cannot run `fp4_param_gather` (its time stays as without)."""
 RECOMPUTES = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
@@ -316,6 +325,20 @@ class TrainingSpec:
         return self.fp8_param_gather and self.precision in LOW_PRECISIONS and megatron_core
 
     @property
+    def gathers_quantized_weights(self) -> bool:
+        """Whether megatron-core's distributed optimizer keeps the quantised primary weights' shards, casts its fp32
+        main shard straight into them after its step and all-gathers them in one byte (`quantized_primary_weights` in
+        `QUANTIZED_GATHER_PRECISIONS`, sharded optimizer states, parameters replicated: megatron-core 0.16
+        distrib_optimizer.py `_copy_main_params_to_model_params`, fp8_utils.py `quantize_param_shard`). Megatron FSDP
+        is not modelled (its time stays as without)."""
+        return (
+            self.quantized_primary_weights
+            and self.precision in QUANTIZED_GATHER_PRECISIONS
+            and self.shards_optimizer
+            and not self.shards_params
+        )
+
+    @property
     def grad_reduce_bytes(self) -> int:
         """Bytes per gradient element in data-parallel reductions: fp32 when reduced in fp32 (Megatron
         `--accumulate-allreduce-grads-in-fp32`, torch FSDP `reduce_dtype`) or trained in fp32, else 16-bit."""
@@ -332,7 +355,13 @@ class TrainingSpec:
         LM head, experts' grouped weights: no `Float8Linear`) in `param_gather_bytes`."""
         if not self.fsdp_float8_all_gather:
             return self.param_gather_bytes * params
-        return self.param_gather_bytes * (params - float8_params) + FLOAT8_GATHER_BYTES * float8_params
+        return self.one_byte_gather_bytes(params, float8_params)
+
+    def one_byte_gather_bytes(self, params: float, one_byte_params: float) -> float:
+        """Bytes an all-gather of `params` parameters sends when `one_byte_params` of them go in
+        `FLOAT8_GATHER_BYTES` and the rest in `param_gather_bytes` (torchao's float8 all-gather,
+        `gathers_quantized_weights`)."""
+        return self.param_gather_bytes * (params - one_byte_params) + FLOAT8_GATHER_BYTES * one_byte_params
 
     @property
     def shards_params(self) -> bool:
