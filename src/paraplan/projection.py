@@ -121,30 +121,31 @@ def block_memory_of(kind: str, model: ModelSpec, shard: L.Shard, recompute: str)
 
 
 @lru_cache(maxsize=_BLOCK_CACHE_SIZE)
+def _low_precision_weight_elements(kind: str, model: ModelSpec, shard: L.Shard) -> tuple[float, float]:
+    """(dense, expert) weight elements on this GPU of one block's low-precision GEMMs (a forward GEMM with a weight,
+    k x n each)."""
+    dense = expert = 0
+    for op in block_ops_of(kind, model, shard).forward:
+        if op.gemm is not None and op.precision in LOW_PRECISIONS and not is_weightless_gemm(op):
+            if op.expert:
+                expert += op.gemm.k * op.gemm.n * op.gemm.count
+            else:
+                dense += op.gemm.k * op.gemm.n * op.gemm.count
+    return float(dense), float(expert)
+
+
 def quantized_weight_elements(kind: str, model: ModelSpec, shard: L.Shard) -> float:
-    """Weight elements on this GPU of one block's low-precision GEMMs (a forward GEMM with a weight, k x n each):
-    what the recipe's weight casts read (`cost.compute.weight_quantize_s`)."""
-    return float(
-        sum(
-            op.gemm.k * op.gemm.n * op.gemm.count
-            for op in block_ops_of(kind, model, shard).forward
-            if op.gemm is not None and op.precision in LOW_PRECISIONS and not is_weightless_gemm(op)
-        )
-    )
+    """Weight elements on this GPU of one block's low-precision GEMMs: what the recipe's weight casts read
+    (`cost.compute.weight_quantize_s`)."""
+    dense, expert = _low_precision_weight_elements(kind, model, shard)
+    return dense + expert
 
 
-@lru_cache(maxsize=_BLOCK_CACHE_SIZE)
 def float8_weight_elements(kind: str, model: ModelSpec, shard: L.Shard) -> float:
     """Of `quantized_weight_elements`, the dense ones (no expert's): torchao's `Float8Linear` swaps `nn.Linear`
     modules, not MoE experts' grouped weights, whose FSDP2 all-gather stays 16-bit (`memory.model.StageFootprint.
     float8_params`)."""
-    return float(
-        sum(
-            op.gemm.k * op.gemm.n * op.gemm.count
-            for op in block_ops_of(kind, model, shard).forward
-            if op.gemm is not None and op.precision in LOW_PRECISIONS and not op.expert and not is_weightless_gemm(op)
-        )
-    )
+    return _low_precision_weight_elements(kind, model, shard)[0]
 
 
 def _weight_casts_s(total: _StageSums, train: TrainingSpec, system: SystemSpec, cal: Calibration) -> float:
@@ -387,8 +388,8 @@ def stage_footprint(parts: Parts, model: ModelSpec, shard: L.Shard) -> StageFoot
         saved += memory.saved_bytes * count
         block_float8 = 0.0
         if low_precision:  # TE's linears (`quantized_weight_elements`), torchao's (`float8_weight_elements`)
-            quantized += quantized_weight_elements(kind, model, part_shard(shard, bf16)) * count
-            block_float8 = float8_weight_elements(kind, model, part_shard(shard, bf16))
+            block_float8, block_expert = _low_precision_weight_elements(kind, model, part_shard(shard, bf16))
+            quantized += (block_float8 + block_expert) * count
         float8 += block_float8 * count
         if layer_kind.is_decoder_layer:
             if memory.dense_params + memory.expert_params > max_layer:

@@ -25,12 +25,12 @@ PRECISIONS = ("fp16", "bf16", "fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4"
 LOW_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4")
 """The precisions whose GEMMs run quantised (FP8 and FP4 recipes, `paraplan.cost.quantize`)."""
 TRAINING_PRECISIONS = (*PRECISIONS, "fp32")
-FLOAT8_GATHER_BYTES = 1
-"""Bytes per element of a float8 weight that torchao's float8 all-gather sends (e4m3 data; one fp32 scale per
-weight beside it, not gathered: `TrainingSpec.fsdp_float8_all_gather`)."""
 """Every precision a projection accepts: also plain fp32 training (fp32 weights, gradients, Adam states and
 activations; CPU reference runs, `paraplan.measure.e2e`). fp32 math is costed on the GpuSpec's `fp16_tflops`
 (`specs.system.PRECISION_PEAK_KEY`): a CPU's spec puts its fp32 matmul rate there."""
+FLOAT8_GATHER_BYTES = 1
+"""Bytes per element of a float8 weight that torchao's float8 all-gather sends (e4m3 data; one fp32 scale per
+weight beside it, not gathered: `TrainingSpec.fsdp_float8_all_gather`)."""
 QUANTIZED_GATHER_PRECISIONS = ("fp8", "fp8_cs", "fp8_blockwise")
 """The precisions whose quantised primary weights (`TrainingSpec.fp8_param_gather`) megatron-core's distributed
 optimizer all-gathers as they are, `FLOAT8_GATHER_BYTES` an element: their buffer is uint8 (megatron-core 0.16
